@@ -1,0 +1,134 @@
+"""The NumPy reference backend: the oracle every kernel is checked against.
+
+Written like picoGPT: each step of the Pre-LN block a small function with its
+shapes in comments. float32 by default; float64 on request, as the judge.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..config import HEAD_DIM, GPT2Config
+from ..layout import block_layout
+from ..weights import ModelWeights
+from .base import Cache, Runner, check_ids
+
+SQRT_2_OVER_PI = 0.7978845608028654
+
+
+def layer_norm(x, g, b, eps=1e-5):  # [T, D] -> [T, D]; two-pass variance (rows reach the thousands)
+    mu = x.mean(axis=-1, keepdims=True)
+    xc = x - mu
+    var = (xc * xc).mean(axis=-1, keepdims=True)
+    return xc / np.sqrt(var + eps) * g + b
+
+
+def gelu_tanh(z):  # any shape -> same shape; HF "gelu_new"
+    return 0.5 * z * (1.0 + np.tanh(SQRT_2_OVER_PI * (z + 0.044715 * z * z * z)))
+
+
+def linear(x, w, b):  # [T, in] @ [in, out] + [out] -> [T, out]
+    return x @ w + b
+
+
+def softmax(s):  # [..., L] -> [..., L]
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def attention(q, k, v, n_head, causal, q_start=0):
+    """q [T, D], k and v [L, D] -> [T, D]. Query i sits at position q_start + i;
+    with ``causal`` it sees keys 0 .. q_start + i, otherwise all L keys."""
+    T, D = q.shape
+    L = k.shape[0]
+    qh = q.reshape(T, n_head, HEAD_DIM).transpose(1, 0, 2)  # [H, T, 64]
+    kh = k.reshape(L, n_head, HEAD_DIM).transpose(1, 2, 0)  # [H, 64, L]
+    vh = v.reshape(L, n_head, HEAD_DIM).transpose(1, 0, 2)  # [H, L, 64]
+    s = (qh @ kh) * (1.0 / np.sqrt(HEAD_DIM))  # [H, T, L]
+    if causal:
+        mask = np.arange(L)[None, :] > (q_start + np.arange(T))[:, None]  # [T, L]
+        s = np.where(mask, -np.inf, s)
+    return (softmax(s) @ vh).transpose(1, 0, 2).reshape(T, D)  # [T, D]
+
+
+def block(x, w, n_head, causal, eps=1e-5, kv=None, q_start=0):
+    """One Pre-LN block. x [T, D] -> [T, D]; w: named views (layout.FIELDS).
+
+    kv: optional (k_cache, v_cache), each [n_ctx, D]: this block's K and V are
+    written at rows q_start .. q_start + T and attention reads rows 0 .. q_start + T.
+    """
+    D = x.shape[1]
+    h = layer_norm(x, w["ln1_g"], w["ln1_b"], eps)  # [T, D]
+    qkv = linear(h, w["w_qkv"], w["b_qkv"])  # [T, 3D]
+    q, k, v = qkv[:, :D], qkv[:, D:2 * D], qkv[:, 2 * D:]  # [T, D] each
+    if kv is not None:
+        kc, vc = kv
+        kc[q_start:q_start + len(x)] = k
+        vc[q_start:q_start + len(x)] = v
+        k, v = kc[:q_start + len(x)], vc[:q_start + len(x)]
+    a = attention(q, k, v, n_head, causal, q_start)  # [T, D]
+    x1 = x + linear(a, w["w_attn"], w["b_attn"])  # [T, D]
+    f = gelu_tanh(linear(layer_norm(x1, w["ln2_g"], w["ln2_b"], eps), w["w_fc"], w["b_fc"]))  # [T, 4D]
+    return x1 + linear(f, w["w_proj"], w["b_proj"])  # [T, D]
+
+
+def block_flat(x, flat, causal, eps=1e-5):
+    """One block from its flat buffer (layout.py): x [T, D] -> [T, D]. Used by solve()."""
+    D = x.shape[1]
+    return block(x, block_layout(D).views(flat), D // HEAD_DIM, causal, eps)
+
+
+class NumpyCache(Cache):
+    def __init__(self, batch: int, config: GPT2Config, dtype):
+        super().__init__(batch, config.n_positions)
+        # [B, n_layer, 2 (k, v), n_ctx, D]; np.zeros maps pages lazily, so unused context costs nothing
+        self.kv = np.zeros((batch, config.n_layer, 2, config.n_positions, config.n_embd), dtype)
+
+
+class NumpyRunner(Runner):
+    backend = "numpy"
+
+    def __init__(self, weights: ModelWeights, dtype=np.float32):
+        if np.dtype(dtype) not in (np.float32, np.float64):
+            raise ValueError(f"numpy backend runs float32 or float64; got {dtype}")
+        self.dtype = np.dtype(dtype)
+        self.precision = "fp32" if self.dtype == np.float32 else "fp64"
+        self.config = c = weights.config
+        cast = lambda a: np.asarray(a, self.dtype)  # noqa: E731
+        self.blocks = [{k: cast(v) for k, v in weights.block(i).items()} for i in range(c.n_layer)]
+        self.wte, self.wpe = cast(weights.wte), cast(weights.wpe)  # [V, D], [n_ctx, D]
+        self.ln_f_g, self.ln_f_b = cast(weights.ln_f_g), cast(weights.ln_f_b)  # [D]
+
+    def new_cache(self, batch: int) -> NumpyCache:
+        return NumpyCache(batch, self.config, self.dtype)
+
+    def _run(self, cache: NumpyCache, row: int, ids: np.ndarray) -> np.ndarray:
+        """Embed ids at their positions, run every block through row's cache: -> ln_f output [T, D]."""
+        c = self.config
+        start = int(cache.pos[row])
+        cache.check_room(row, len(ids))
+        x = self.wte[ids] + self.wpe[start:start + len(ids)]  # [T, D]
+        for i, w in enumerate(self.blocks):
+            kv = (cache.kv[row, i, 0], cache.kv[row, i, 1])
+            x = block(x, w, c.n_head, True, c.layer_norm_epsilon, kv=kv, q_start=start)
+        cache.pos[row] = start + len(ids)
+        return layer_norm(x, self.ln_f_g, self.ln_f_b, c.layer_norm_epsilon)
+
+    def _logits(self, h):  # [T, D] -> [T, V], the LM head tied to wte
+        return (h @ self.wte.T).astype(np.float32 if self.dtype == np.float32 else self.dtype)
+
+    def prefill(self, cache: Cache, row: int, ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
+        ids = check_ids(ids, self.config.vocab_size)
+        h = self._run(cache, row, ids)
+        return self._logits(h) if all_logits else self._logits(h[-1:])[0]
+
+    def decode(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
+        tokens = check_ids(tokens, self.config.vocab_size)
+        if tokens.shape[0] != cache.batch:
+            raise ValueError(f"decode got {tokens.shape[0]} tokens for a batch of {cache.batch}")
+        for b in range(cache.batch):
+            cache.check_room(b, 1)
+        h = np.concatenate([self._run(cache, b, tokens[b:b + 1]) for b in range(cache.batch)])  # [B, D]
+        return self._logits(h)

@@ -1,0 +1,101 @@
+"""GPT-2 model configuration: the five published sizes and Hugging Face config.json."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+HEAD_DIM = 64
+
+
+class ConfigError(ValueError):
+    """A configuration the engine cannot run; the message names the field."""
+
+
+@dataclass(frozen=True)
+class GPT2Config:
+    n_layer: int = 12
+    n_embd: int = 768
+    n_head: int = 12
+    n_positions: int = 1024
+    vocab_size: int = 50257
+    layer_norm_epsilon: float = 1e-5
+    activation_function: str = "gelu_new"
+
+    def __post_init__(self):
+        for field in ("n_layer", "n_embd", "n_head", "n_positions", "vocab_size"):
+            v = getattr(self, field)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ConfigError(f"config field {field} must be a positive integer; got {v!r}")
+        if self.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
+            raise ConfigError(
+                f"config field activation_function is {self.activation_function!r}; "
+                "gpt2block runs only 'gelu_new' (the tanh GELU of GPT-2)"
+            )
+        if self.n_embd % self.n_head:
+            raise ConfigError(
+                f"config field n_embd ({self.n_embd}) is not divisible by n_head ({self.n_head})"
+            )
+        if self.n_embd // self.n_head != HEAD_DIM:
+            raise ConfigError(
+                f"config fields n_embd / n_head give a head dim of {self.n_embd // self.n_head}; "
+                f"gpt2block runs head dim {HEAD_DIM} only"
+            )
+        eps = self.layer_norm_epsilon
+        if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not (0 < eps < 1):
+            raise ConfigError(f"config field layer_norm_epsilon must be a number in (0, 1); got {eps!r}")
+
+    @property
+    def d(self) -> int:
+        return self.n_embd
+
+    @property
+    def head_dim(self) -> int:
+        return HEAD_DIM
+
+    @property
+    def n_ctx(self) -> int:
+        return self.n_positions
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, cfg: dict, source: str = "config") -> "GPT2Config":
+        """Read the GPT-2 fields of a Hugging Face config dict; unknown keys are ignored."""
+        if not isinstance(cfg, dict):
+            raise ConfigError(f"{source}: expected a JSON object")
+        kwargs = {}
+        for field, default in asdict(cls()).items():
+            if field in cfg:
+                kwargs[field] = cfg[field]
+            elif field == "n_positions" and "n_ctx" in cfg:
+                kwargs[field] = cfg["n_ctx"]
+            elif field in ("n_layer", "n_embd", "n_head"):
+                raise ConfigError(f"{source}: missing field {field}")
+        try:
+            return cls(**kwargs)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "GPT2Config":
+        path = Path(path)
+        try:
+            cfg = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: file not found") from None
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}: not valid JSON ({e})") from None
+        return cls.from_dict(cfg, source=str(path))
+
+
+# The published sizes, by their short names (hub ids in checkpoint.HUB_IDS).
+SIZES: dict[str, GPT2Config] = {
+    "gpt2": GPT2Config(n_layer=12, n_embd=768, n_head=12),
+    "gpt2-medium": GPT2Config(n_layer=24, n_embd=1024, n_head=16),
+    "gpt2-large": GPT2Config(n_layer=36, n_embd=1280, n_head=20),
+    "gpt2-xl": GPT2Config(n_layer=48, n_embd=1600, n_head=25),
+    "distilgpt2": GPT2Config(n_layer=6, n_embd=768, n_head=12),
+}

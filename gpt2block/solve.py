@@ -1,0 +1,91 @@
+"""solve(x, output, weights, seq_len): one GPT-2 block, the LeetGPU challenge's entry point.
+
+x and output: float32 [seq_len, 768] (or flat [seq_len * 768]); weights: one block in the
+flat layout (layout.py), 7,087,872 float32. No causal mask. ``output`` is written in place.
+Device arrays (CuPy, or anything with __cuda_array_interface__, such as torch CUDA
+tensors) run our CUDA kernels; NumPy arrays run the NumPy reference. Every argument
+is checked before anything is written.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .backends.base import PRECISIONS
+from .layout import block_numel
+
+D_SOLVE = 768
+
+
+def _kind(name, a):
+    if isinstance(a, np.ndarray):
+        return "host"
+    if hasattr(a, "__cuda_array_interface__"):
+        return "device"
+    raise TypeError(
+        f"{name} must be a NumPy array or a CUDA array (CuPy, torch CUDA tensor); got {type(a).__name__}"
+    )
+
+
+def _span(name, a, kind):
+    """(start, end) byte addresses of a's memory, after checking dtype and contiguity."""
+    if kind == "host":
+        dtype, shape, ptr = a.dtype, tuple(a.shape), a.__array_interface__["data"][0]
+        contiguous = a.flags.c_contiguous
+    else:
+        cai = a.__cuda_array_interface__
+        dtype, shape, ptr = np.dtype(cai["typestr"]), tuple(cai["shape"]), cai["data"][0]
+        strides = cai.get("strides")
+        contiguous = strides is None or strides == tuple(
+            int(np.prod(shape[i + 1:], dtype=np.int64)) * dtype.itemsize for i in range(len(shape))
+        )
+    if dtype != np.float32:
+        raise TypeError(f"{name} must be float32; got {dtype}")
+    if not contiguous:
+        raise ValueError(f"{name} must be C-contiguous")
+    n = int(np.prod(shape, dtype=np.int64))
+    return shape, ptr, ptr + n * 4
+
+
+def _check_shape(name, shape, seq_len, d):
+    if shape not in ((seq_len, d), (seq_len * d,)):
+        raise ValueError(f"{name} must have shape ({seq_len}, {d}) (or ({seq_len * d},)); got {shape}")
+
+
+def solve(x, output, weights, seq_len: int, precision: str = "fp32") -> None:
+    """Run one non-causal GPT-2 block (D = 768) on x, writing the result into output."""
+    if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)):
+        raise TypeError(f"seq_len must be an int; got {type(seq_len).__name__}")
+    seq_len = int(seq_len)
+    if seq_len <= 0:
+        raise ValueError(f"seq_len must be positive; got {seq_len}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+    kinds = {n: _kind(n, a) for n, a in (("x", x), ("output", output), ("weights", weights))}
+    if len(set(kinds.values())) != 1:
+        raise TypeError(f"x, output and weights must all be host (NumPy) or all device arrays; got {kinds}")
+    kind = kinds["x"]
+    xs, x0, x1 = _span("x", x, kind)
+    os_, o0, o1 = _span("output", output, kind)
+    ws, w0, w1 = _span("weights", weights, kind)
+    _check_shape("x", xs, seq_len, D_SOLVE)
+    _check_shape("output", os_, seq_len, D_SOLVE)
+    if ws != (block_numel(D_SOLVE),):
+        raise ValueError(f"weights must have shape ({block_numel(D_SOLVE)},) (one block, layout.py); got {ws}")
+    if o0 < x1 and x0 < o1:
+        raise ValueError("output must not overlap x (solve does not run in place)")
+    if o0 < w1 and w0 < o1:
+        raise ValueError("output must not overlap weights")
+
+    if kind == "host":
+        from .backends.numpy_ref import block_flat
+
+        if precision != "fp32":
+            raise ValueError(f"precision {precision} needs device arrays; NumPy arrays run the fp32 reference")
+        out = block_flat(x.reshape(seq_len, D_SOLVE), weights, causal=False)
+        output.reshape(seq_len, D_SOLVE)[...] = out
+        return
+
+    from .backends.cuda import solve_device
+
+    solve_device(x, output, weights, seq_len, precision)
