@@ -1,0 +1,61 @@
+"""Building kernels/*.cu with CuPy (NVRTC) once per process, and launching them checked.
+
+``kernel("gemm", "gemm_tf32x3_bias")`` compiles kernels/gemm.cu (its local includes
+inlined by kernel_source.read_source) the first time any of its kernels is asked
+for, keeps the module for the life of the process and relies on CuPy's on-disk
+compile cache across processes. A compile error names the file and carries NVRTC's log.
+"""
+
+from __future__ import annotations
+
+import cupy as cp
+
+from ..kernel_source import read_source
+
+NVRTC_OPTIONS = ("--std=c++17",)
+
+_modules: dict[tuple, cp.RawModule] = {}
+_kernels: dict[tuple, cp.RawKernel] = {}
+
+
+class KernelCompileError(RuntimeError):
+    """NVRTC rejected a kernel source; the message names the file and holds the log."""
+
+
+def module(name: str, defines: tuple[tuple[str, object], ...] = ()) -> cp.RawModule:
+    """The compiled module of kernels/<name>.cu, with ``#define K V`` lines prepended."""
+    key = (name, defines)
+    mod = _modules.get(key)
+    if mod is None:
+        head = "".join(f"#define {k} {v}\n" for k, v in defines)
+        src = head + read_source(f"{name}.cu")
+        mod = cp.RawModule(code=src, options=NVRTC_OPTIONS)
+        try:
+            mod.compile()
+        except cp.cuda.compiler.CompileException as e:
+            raise KernelCompileError(f"kernels/{name}.cu failed to compile with NVRTC:\n{e}") from None
+        _modules[key] = mod
+    return mod
+
+
+def kernel(name: str, fn: str, defines: tuple[tuple[str, object], ...] = ()) -> cp.RawKernel:
+    """The ``extern "C"`` kernel ``fn`` of kernels/<name>.cu."""
+    key = (name, fn, defines)
+    k = _kernels.get(key)
+    if k is None:
+        try:
+            k = module(name, defines).get_function(fn)
+        except cp.cuda.driver.CUDADriverError as e:
+            raise KernelCompileError(f"kernels/{name}.cu has no kernel {fn!r} ({e})") from None
+        _kernels[key] = k
+    return k
+
+
+def launch(k: cp.RawKernel, grid, block, args, shared_mem: int = 0, stream=None) -> None:
+    """Launch ``k``; launch errors raise at once (CuPy checks cuLaunchKernel's return)."""
+    grid = tuple(int(g) for g in grid)
+    if min(grid) <= 0:
+        raise ValueError(f"{k.name}: empty grid {grid}")
+    if shared_mem > 48 * 1024 and k.max_dynamic_shared_size_bytes < shared_mem:
+        k.max_dynamic_shared_size_bytes = shared_mem
+    k(grid, tuple(int(b) for b in block), args, shared_mem=shared_mem, stream=stream)

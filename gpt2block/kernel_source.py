@@ -1,0 +1,51 @@
+"""Where the CUDA sources live and how they become one translation unit.
+
+kernels/*.cu sit at the top of the repository and ship inside the package as
+``gpt2block.kernels``. A source's ``#include "x.cuh"`` / ``#include "x.cu"`` lines
+of files in that folder are inlined here (each file once, like #pragma once), so:
+
+- NVRTC compiles one self-contained string per module, and CuPy's compile cache,
+  which keys on the source text, sees every header change;
+- ``gpt2block export-cuda`` writes kernels/solve.cu with everything it includes
+  inlined: one file that nvcc compiles alone.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
+_PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*$")
+
+
+def kernels_dir() -> Path:
+    """The folder holding the .cu sources: the installed package's, else the repository's."""
+    here = Path(__file__).resolve().parent
+    for cand in (here / "kernels", here.parent / "kernels"):
+        if (cand / "common.cuh").is_file():
+            return cand
+    raise FileNotFoundError(
+        f"gpt2block's CUDA sources (kernels/*.cu) were not found next to {here}; the installation is incomplete"
+    )
+
+
+def read_source(name: str, _seen: set | None = None) -> str:
+    """The text of kernels/<name> with its local includes inlined, each file once."""
+    seen = set() if _seen is None else _seen
+    if name in seen:
+        return ""
+    seen.add(name)
+    path = kernels_dir() / name
+    if not path.is_file():
+        raise FileNotFoundError(f"kernel source {path} does not exist")
+    out = [f"// ---- {name} ----"]
+    for line in path.read_text().splitlines():
+        m = _INCLUDE.match(line)
+        if m and (kernels_dir() / m.group(1)).is_file():
+            out.append(read_source(m.group(1), seen))
+        elif _PRAGMA_ONCE.match(line):
+            continue
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"

@@ -1,0 +1,39 @@
+// common.cuh: device helpers shared by every kernel file of gpt2block.
+// Included (and inlined once by gpt2block/kernel_source.py) at the top of each .cu file.
+// Only static inline device code here: no kernels, no host code, so every
+// translation unit (NVRTC module or the one-file export) may include it.
+#pragma once
+
+#define HEAD_DIM 64  // every GPT-2 size: head dim 64
+
+// Sum / max over the 32 lanes of a warp; every lane gets the result.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over a whole thread block (blockDim.x a multiple of 32, at most 1024).
+// scratch: __shared__ float[32]. Every thread gets the result.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();  // scratch may still be read by a previous call
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? scratch[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+// GPT-2's GELU, tanh form (Hugging Face "gelu_new"):
+// 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))). tanhf, not the fast intrinsic: fp32 accuracy.
+__device__ __forceinline__ float gelu_tanh(float z) {
+    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+    return 0.5f * z * (1.0f + tanhf(k * (z + 0.044715f * z * z * z)));
+}
