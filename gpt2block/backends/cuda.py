@@ -1,0 +1,232 @@
+"""The CUDA backend: the model on the GPU through our kernels (kernels/*.cu via CuPy).
+
+Weights are uploaded once: the packed blocks in one device allocation
+[n_layer, block_numel], plus wte, wpe and ln_f (bf16 mode adds bf16 copies of the
+matrices for the decode GEMVs). A Runner owns a workspace sized once to n_ctx rows
+and reused by every call; a CudaCache owns the KV cache [batch, n_layer, 2, n_ctx, D].
+
+One block, the ten steps (the residual stream x is updated in place):
+    h = LN(x; g1, b1)                 layernorm_f32
+    qkv = h @ W_qkv + b_qkv           gemm / gemv (cuda_linear)
+    K, V -> cache                     kvcache_store_f32 (model); solve reads them from qkv
+    a = attention(q, K, V)            attention_prefill_* / attention_decode_*
+    x = x + a @ W_attn + b_attn       gemm epilogue bias_residual
+    h = LN(x; g2, b2)                 layernorm_f32
+    f = gelu(h @ W_fc + b_fc)         gemm epilogue bias_gelu
+    x = x + f @ W_proj + b_proj       gemm epilogue bias_residual
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import cupy as cp
+import numpy as np
+
+from ..config import HEAD_DIM, GPT2Config
+from ..layout import block_layout
+from ..weights import ModelWeights
+from . import cuda_attention, cuda_linear, cuda_ops
+from .base import Cache, Runner, check_ids
+
+# precision mode -> (GEMM variant, attention variant); bf16 mode also stores bf16 weights for decode
+VARIANTS = {"fp32": ("tf32x3", "tf32x3"), "tf32": ("tf32", "tf32"), "bf16": ("tf32x3", "tf32x3")}
+MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
+
+
+class BlockWorkspace:
+    """Activations of up to ``rows`` tokens of width d, allocated once and reused."""
+
+    def __init__(self, rows: int, d: int):
+        self.rows = rows
+        self.h = cp.empty((rows, d), cp.float32)  # LayerNorm output
+        self.qkv = cp.empty((rows, 3 * d), cp.float32)  # [q | k | v]
+        self.att = cp.empty((rows, d), cp.float32)  # attention output
+        self.f = cp.empty((rows, 4 * d), cp.float32)  # GELU(FC) output
+
+
+def run_block(w, x, ws: BlockWorkspace, t: int, *, eps: float, gemm_variant: str, attend, after_qkv=None,
+              wq=None, out=None) -> None:
+    """One block on the first t rows of x [>=t, D]: the result goes to ``out`` (default: x, in place).
+    ``attend(qkv [t,3D], att [t,D])`` runs attention; ``after_qkv(qkv)`` (optional) stores K and V;
+    ``wq`` (optional) holds bf16 copies of the matrices for the GEMV path."""
+    h, qkv, att, f = ws.h[:t], ws.qkv[:t], ws.att[:t], ws.f[:t]
+    xin = x[:t]
+    xt = xin if out is None else out[:t]
+    mat = (lambda name: wq[name]) if wq is not None else (lambda name: w[name])  # noqa: E731
+    lin = lambda a, name, bias, out, **kw: cuda_linear.linear(  # noqa: E731
+        a, mat(name), w[bias], out, variant=gemm_variant, **kw)
+    cuda_ops.layernorm(xin, w["ln1_g"], w["ln1_b"], h, eps)
+    lin(h, "w_qkv", "b_qkv", qkv)
+    if after_qkv is not None:
+        after_qkv(qkv)
+    attend(qkv, att)
+    lin(att, "w_attn", "b_attn", xt, epilogue="bias_residual", residual=xin)
+    cuda_ops.layernorm(xt, w["ln2_g"], w["ln2_b"], h, eps)
+    lin(h, "w_fc", "b_fc", f, epilogue="bias_gelu")
+    lin(f, "w_proj", "b_proj", xt, epilogue="bias_residual", residual=xt)
+
+
+class CudaCache(Cache):
+    def __init__(self, batch: int, config: GPT2Config):
+        super().__init__(batch, config.n_positions)
+        c = config
+        # [B, n_layer, 2 (k, v), n_ctx, D]: key p of row b, layer l at kv[b, l, 0, p]
+        self.kv = cp.zeros((batch, c.n_layer, 2, c.n_positions, c.n_embd), cp.float32)
+        self.batch_stride = c.n_layer * 2 * c.n_positions * c.n_embd  # elements between rows
+
+
+class CudaRunner(Runner):
+    backend = "cuda"
+
+    def __init__(self, weights: ModelWeights, precision: str = "fp32"):
+        if precision not in VARIANTS:
+            raise ValueError(f"cuda backend precision must be one of {', '.join(VARIANTS)}; got {precision!r}")
+        self.precision = precision
+        self.gemm_variant, self.attn_variant = VARIANTS[precision]
+        self.config = c = weights.config
+        if c.n_embd > cuda_ops.LN_MAX_D:
+            raise ValueError(f"the cuda backend runs n_embd <= {cuda_ops.LN_MAX_D}; got {c.n_embd}")
+        lay = block_layout(c.n_embd)
+        self.blocks = cp.asarray(weights.blocks)  # [n_layer, block_numel], one allocation
+        self.block_views = [lay.views(self.blocks[i]) for i in range(c.n_layer)]
+        self.wte = cp.asarray(weights.wte)  # [V, D], also the LM head
+        self.wpe = cp.asarray(weights.wpe)  # [n_ctx, D]
+        self.ln_f_g, self.ln_f_b = cp.asarray(weights.ln_f_g), cp.asarray(weights.ln_f_b)
+        self.bf16 = None
+        if precision == "bf16":  # decode reads bf16 weights (half the bytes); prefill keeps fp32
+            blocks16 = cuda_linear.to_bf16_bits(self.blocks)
+            self.bf16 = [{k: v for k, v in lay.views(blocks16[i]).items() if k in MATRICES}
+                         for i in range(c.n_layer)]
+            self.wte16 = cuda_linear.to_bf16_bits(self.wte)
+        self.ws = BlockWorkspace(c.n_positions, c.n_embd)
+        self.x = cp.empty((c.n_positions, c.n_embd), cp.float32)  # residual stream
+        self.hf = cp.empty((c.n_positions, c.n_embd), cp.float32)  # ln_f output
+        self._logits = None  # [rows, V], grown on demand
+        self._argmax = cp.empty(c.n_positions, cp.int32)
+
+    def new_cache(self, batch: int) -> CudaCache:
+        return CudaCache(batch, self.config)
+
+    # -- pieces --------------------------------------------------------------
+
+    def _logits_buf(self, rows: int):
+        if self._logits is None or self._logits.shape[0] < rows:
+            self._logits = cp.empty((max(rows, 8), self.config.vocab_size), cp.float32)
+        return self._logits[:rows]
+
+    def _head(self, rows_from: int, rows_to: int, use_bf16: bool):
+        """ln_f then the tied LM head on x[rows_from:rows_to] -> device logits [rows, V]."""
+        c = self.config
+        n = rows_to - rows_from
+        hf = self.hf[:n]
+        cuda_ops.layernorm(self.x[rows_from:rows_to], self.ln_f_g, self.ln_f_b, hf, c.layer_norm_epsilon)
+        out = self._logits_buf(n)
+        if use_bf16:
+            cuda_linear.gemv_nt(hf, self.wte16, out)
+        elif n <= cuda_linear.GEMV_MAX_M:
+            cuda_linear.gemv_nt(hf, self.wte, out)
+        else:
+            cuda_linear.gemm_nt(hf, self.wte, out, variant=self.gemm_variant)
+        return out
+
+    def _step_ints(self, ids: np.ndarray, seq: np.ndarray, pos: np.ndarray):
+        """Upload ids, seq, pos and lengths (pos + 1) as one int32 [4, T] array."""
+        arr = np.stack([ids, seq, pos, pos + 1]).astype(np.int32)
+        d = cp.asarray(arr)
+        return d[0], d[1], d[2], d[3]
+
+    # -- Runner interface -------------------------------------------------------
+
+    def prefill(self, cache: Cache, row: int, ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
+        c = self.config
+        ids = check_ids(ids, c.vocab_size)
+        t = len(ids)
+        start = int(cache.pos[row])
+        cache.check_room(row, t)
+        pos = np.arange(start, start + t)
+        d_ids, d_seq, d_pos, _ = self._step_ints(ids, np.full(t, row), pos)
+        cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:t])
+        for layer, w in enumerate(self.block_views):
+            k_cache, v_cache = cache.kv[0, layer, 0], cache.kv[0, layer, 1]
+            store = lambda qkv: cuda_ops.kvcache_store(  # noqa: E731
+                qkv, d_seq, d_pos, k_cache, v_cache, cache.batch_stride)
+            rk, rv = cache.kv[row, layer, 0], cache.kv[row, layer, 1]
+            attend = lambda qkv, out: cuda_attention.attention_prefill(  # noqa: E731
+                qkv[:, :c.n_embd], rk, rv, out, n_head=c.n_head, s_q=t, s_kv=start + t, causal=True,
+                q_start=start, q_stride=3 * c.n_embd, kv_stride=c.n_embd, variant=self.attn_variant)
+            run_block(w, self.x, self.ws, t, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
+                      attend=attend, after_qkv=store)
+        cache.pos[row] = start + t
+        logits = self._head(0, t, False) if all_logits else self._head(t - 1, t, False)
+        out = cp.asnumpy(logits)
+        return out if all_logits else out[0]
+
+    def _decode_device(self, cache: Cache, tokens: np.ndarray):
+        c = self.config
+        tokens = check_ids(tokens, c.vocab_size)
+        b = cache.batch
+        if tokens.shape[0] != b:
+            raise ValueError(f"decode got {tokens.shape[0]} tokens for a batch of {b}")
+        if b > c.n_positions:
+            raise ValueError(f"decode batch {b} exceeds the workspace of {c.n_positions} rows")
+        for r in range(b):
+            cache.check_room(r, 1)
+        pos = cache.pos.copy()
+        d_ids, d_seq, d_pos, d_len = self._step_ints(tokens, np.arange(b), pos)
+        cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:b])
+        max_len = int(pos.max()) + 1
+        for layer, w in enumerate(self.block_views):
+            k_cache, v_cache = cache.kv[0, layer, 0], cache.kv[0, layer, 1]
+            store = lambda qkv: cuda_ops.kvcache_store(  # noqa: E731
+                qkv, d_seq, d_pos, k_cache, v_cache, cache.batch_stride)
+            attend = lambda qkv, out: cuda_attention.attention_decode(  # noqa: E731
+                qkv, k_cache, v_cache, d_len, out, n_head=c.n_head, q_stride=3 * c.n_embd,
+                cache_batch_stride=cache.batch_stride, max_len=max_len)
+            run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
+                      attend=attend, after_qkv=store, wq=self.bf16[layer] if self.bf16 else None)
+        cache.pos += 1
+        return self._head(0, b, self.bf16 is not None and b <= cuda_linear.GEMV_MAX_M)
+
+    def decode(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
+        return cp.asnumpy(self._decode_device(cache, tokens))
+
+    def decode_greedy(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
+        logits = self._decode_device(cache, tokens)
+        out = self._argmax[:cache.batch]
+        cuda_ops.argmax_rows(logits, out)
+        return cp.asnumpy(out).astype(np.int64)
+
+
+# -- solve(): one non-causal block on the user's device buffers ------------------
+
+_solve_ws: dict[int, BlockWorkspace] = {}
+SOLVE_VARIANTS = {"fp32": ("tf32x3", "tf32x3"), "tf32": ("tf32", "tf32")}
+
+
+def solve_workspace(rows: int, d: int) -> BlockWorkspace:
+    """The solve() workspace: allocated at the first call and regrown only for a longer seq_len."""
+    ws = _solve_ws.get(d)
+    if ws is None or ws.rows < rows:
+        ws = _solve_ws[d] = BlockWorkspace(rows, d)
+    return ws
+
+
+def solve_device(x, output, weights, seq_len: int, precision: str = "fp32", d: int = 768) -> None:
+    """The device path of gpt2block.solve (arguments already checked there): x, output [seq_len, d]."""
+    if precision not in SOLVE_VARIANTS:
+        raise ValueError(f"solve() runs precision fp32 or tf32 (bf16 is a decode weight mode); got {precision!r}")
+    gemm_variant, attn_variant = SOLVE_VARIANTS[precision]
+    xa = cp.asarray(x).reshape(seq_len, d)
+    out = cp.asarray(output).reshape(seq_len, d)
+    w = block_layout(d).views(cp.asarray(weights).reshape(-1))
+    ws = solve_workspace(seq_len, d)
+    n_head = d // HEAD_DIM
+
+    def attend(qkv, att):
+        cuda_attention.attention_prefill(
+            qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:], att, n_head=n_head, s_q=seq_len, s_kv=seq_len,
+            causal=False, q_start=0, q_stride=3 * d, kv_stride=3 * d, variant=attn_variant)
+
+    # x is only read; the residual stream after attention lives in output
+    run_block(w, xa, ws, seq_len, eps=1e-5, gemm_variant=gemm_variant, attend=attend, out=out)

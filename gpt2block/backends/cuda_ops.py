@@ -1,0 +1,82 @@
+"""Launch wrappers of the small kernels: layernorm.cu, embedding.cu, kvcache.cu, sampling.cu.
+
+Each takes CuPy arrays, checks what the kernel assumes (dtype, contiguity, sizes)
+and raises ValueError naming the argument; then launches on the current stream.
+"""
+
+from __future__ import annotations
+
+import cupy as cp
+
+from .cuda_modules import kernel, launch
+
+LN_WARPS = 4
+LN_MAX_VEC = 13  # layernorm.cu holds a row in registers: D <= 128 * LN_MAX_VEC
+LN_MAX_D = 128 * LN_MAX_VEC
+ARGMAX_THREADS = 1024
+
+
+def _f32(name, a, ndim=None):
+    if not isinstance(a, cp.ndarray):
+        raise TypeError(f"{name} must be a CuPy array; got {type(a).__name__}")
+    if a.dtype != cp.float32:
+        raise ValueError(f"{name} must be float32; got {a.dtype}")
+    if ndim is not None and a.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D; got shape {a.shape}")
+    if a.data.ptr % 16:
+        raise ValueError(f"{name} must be 16-byte aligned")
+    return a
+
+
+def _rows(name, a):
+    """(rows, D, row stride in elements) of a 2-D array whose rows are contiguous."""
+    _f32(name, a, 2)
+    if a.strides[1] != 4 or a.strides[0] % 16:
+        raise ValueError(f"{name} must have contiguous, 16-byte aligned rows; strides {a.strides}")
+    return a.shape[0], a.shape[1], a.strides[0] // 4
+
+
+def layernorm(x, g, b, y, eps: float) -> None:
+    """y = LayerNorm(x; g, b): x, y [rows, D] (row-strided views allowed), g, b [D]."""
+    rows, d, xs = _rows("x", x)
+    yrows, yd, ys = _rows("y", y)
+    if (yrows, yd) != (rows, d):
+        raise ValueError(f"y has shape {y.shape}; x has {x.shape}")
+    if d % 4 or d > LN_MAX_D:
+        raise ValueError(f"layernorm runs D % 4 == 0 and D <= {LN_MAX_D}; got D = {d}")
+    for n, a in (("g", g), ("b", b)):
+        if _f32(n, a, 1).shape[0] != d:
+            raise ValueError(f"{n} must have shape ({d},); got {a.shape}")
+    k = kernel("layernorm", "layernorm_f32", (("LN_WARPS", LN_WARPS), ("LN_MAX_VEC", LN_MAX_VEC)))
+    launch(k, (-(-rows // LN_WARPS),), (32 * LN_WARPS,),
+           (x, g, b, y, cp.int32(rows), cp.int32(d), cp.int32(xs), cp.int32(ys), cp.float32(eps)))
+
+
+def embedding(ids, pos, wte, wpe, x) -> None:
+    """x[t] = wte[ids[t]] + wpe[pos[t]]: ids, pos int32 [T] on the device, x [T, D]."""
+    t, d = _f32("x", x, 2).shape
+    if ids.dtype != cp.int32 or pos.dtype != cp.int32 or ids.shape != (t,) or pos.shape != (t,):
+        raise ValueError(f"ids and pos must be int32 of shape ({t},)")
+    k = kernel("embedding", "embedding_f32")
+    launch(k, (t,), (128,), (ids, pos, wte, wpe, x, cp.int32(d)))
+
+
+def kvcache_store(qkv, seq, pos, k_cache, v_cache, batch_stride: int) -> None:
+    """Write the K and V of qkv [T, 3D] to (seq[t], pos[t]) of this layer's cache views."""
+    t, d3 = _f32("qkv", qkv, 2).shape
+    if seq.dtype != cp.int32 or pos.dtype != cp.int32 or seq.shape != (t,) or pos.shape != (t,):
+        raise ValueError(f"seq and pos must be int32 of shape ({t},)")
+    k = kernel("kvcache", "kvcache_store_f32")
+    launch(k, (t,), (128,), (qkv, seq, pos, k_cache, v_cache, cp.int64(batch_stride), cp.int32(d3 // 3)))
+
+
+def argmax_rows(logits, out) -> None:
+    """out[r] = argmax(logits[r]) (first index of the maximum): logits [rows, V], out int32 [rows]."""
+    if not isinstance(logits, cp.ndarray) or logits.dtype != cp.float32 or logits.ndim != 2 or logits.strides[1] != 4:
+        raise ValueError("logits must be a float32 CuPy array [rows, V] with contiguous rows")
+    rows, v = logits.shape
+    ld = logits.strides[0] // 4
+    if out.dtype != cp.int32 or out.shape != (rows,):
+        raise ValueError(f"out must be int32 of shape ({rows},)")
+    k = kernel("sampling", "argmax_rows_f32", (("ARGMAX_THREADS", ARGMAX_THREADS),))
+    launch(k, (rows,), (ARGMAX_THREADS,), (logits, out, cp.int32(v), cp.int32(ld)))

@@ -1,0 +1,161 @@
+"""The whole model on the GPU: kernels of the small ops, logits against transformers for every
+GPT-2 width, cached decode against recomputation, batched against alone, greedy argmax."""
+
+import numpy as np
+import pytest
+
+from gpt2block.backends import make_runner
+from gpt2block.backends.numpy_ref import layer_norm
+from gpt2block.checkpoint import load_weights
+
+WIDTHS = [  # (n_layer, n_embd, n_head): full gpt2, fewer layers for the larger widths
+    (12, 768, 12),
+    (2, 1024, 16),
+    (2, 1280, 20),
+    (2, 1600, 25),
+]
+
+
+@pytest.fixture(scope="module")
+def hf_models(tmp_path_factory, torch_cuda):
+    """Random GPT2LMHeadModel checkpoints (save_pretrained format), one per width."""
+    torch = torch_cuda
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    out = {}
+    for n_layer, d, nh in WIDTHS:
+        torch.manual_seed(d)
+        cfg = GPT2Config(n_layer=n_layer, n_embd=d, n_head=nh, n_positions=1024, vocab_size=50257)
+        model = GPT2LMHeadModel(cfg).eval()
+        with torch.no_grad():  # every parameter random, LayerNorm gains near 1
+            for name, p in model.named_parameters():
+                if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+                    p.uniform_(0.8, 1.2)
+                else:
+                    p.normal_(0.0, 0.02)
+        path = tmp_path_factory.mktemp(f"gpt2-{d}")
+        model.save_pretrained(path)
+        out[d] = (path, model.cuda())
+    return out
+
+
+def _hf_logits(torch, model, ids):
+    with torch.no_grad():
+        return model(torch.tensor(ids, device="cuda")[None]).logits[0].double().cpu().numpy()
+
+
+@pytest.mark.parametrize("d", [w[1] for w in WIDTHS])
+def test_logits_match_transformers(hf_models, torch_cuda, d):
+    torch = torch_cuda
+    path, model = hf_models[d]
+    weights = load_weights(path)
+    runner = make_runner(weights, "cuda")
+    rng = np.random.default_rng()
+    for t in (1, 2, 30, 100, 1024):
+        ids = rng.integers(0, 50257, t)
+        ours = runner.forward(ids).astype(np.float64)
+        ref32 = _hf_logits(torch, model, ids)
+        judge = make_runner(weights, "numpy", "fp64").forward(ids) if t <= 100 else None
+        assert np.isfinite(ours).all()
+        assert np.abs(ours - ref32).max() <= 1e-4, f"T={t}: max |logit diff| {np.abs(ours - ref32).max():.3g}"
+        assert (ours.argmax(-1) == ref32.argmax(-1)).mean() >= 0.99
+        if judge is not None:
+            e_ours, e_peer = np.abs(ours - judge).max(), np.abs(ref32 - judge).max()
+            assert e_ours <= 2 * e_peer + 1e-6, f"T={t}: error vs fp64 {e_ours:.3g} > 2 x torch's {e_peer:.3g}"
+
+
+def test_cached_decode_equals_recompute(hf_models):
+    path, _ = hf_models[768]
+    runner = make_runner(load_weights(path), "cuda")
+    ids = np.random.default_rng().integers(0, 50257, 40)
+    full = runner.forward(ids)
+    cache = runner.new_cache(1)
+    first = runner.prefill(cache, 0, ids[:25])
+    steps = [runner.decode(cache, ids[i:i + 1])[0] for i in range(25, 40)]
+    np.testing.assert_allclose(first, full[24], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(np.stack(steps), full[25:], atol=1e-4, rtol=0)
+
+
+def test_chunked_prefill_equals_one_prefill(hf_models):
+    path, _ = hf_models[1600]
+    runner = make_runner(load_weights(path), "cuda")
+    ids = np.random.default_rng().integers(0, 50257, 300)
+    full = runner.forward(ids)
+    cache = runner.new_cache(1)
+    runner.prefill(cache, 0, ids[:77])
+    tail = runner.prefill(cache, 0, ids[77:], all_logits=True)
+    np.testing.assert_allclose(tail, full[77:], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("d", [768, 1600])
+def test_batched_equals_alone(hf_models, d):
+    path, _ = hf_models[d]
+    runner = make_runner(load_weights(path), "cuda")
+    rng = np.random.default_rng()
+    prompts = [rng.integers(0, 50257, n) for n in (1, 17, 250)]
+    nxt = rng.integers(0, 50257, (6, 3))
+    cache = runner.new_cache(3)
+    batched = [np.stack([runner.prefill(cache, r, p) for r, p in enumerate(prompts)])]
+    batched += [runner.decode(cache, nxt[i]) for i in range(6)]
+    for r, p in enumerate(prompts):
+        alone = runner.forward(np.concatenate([p, nxt[:, r]]))[len(p) - 1:]
+        np.testing.assert_allclose(np.stack([b[r] for b in batched]), alone, atol=1e-4, rtol=0)
+
+
+def test_greedy_argmax_on_device(hf_models):
+    path, _ = hf_models[768]
+    runner = make_runner(load_weights(path), "cuda")
+    rng = np.random.default_rng()
+    c1, c2 = runner.new_cache(2), runner.new_cache(2)
+    for r in range(2):
+        p = rng.integers(0, 50257, 5 + r)
+        runner.prefill(c1, r, p)
+        runner.prefill(c2, r, p)
+    tok = rng.integers(0, 50257, 2)
+    for _ in range(5):
+        logits = runner.decode(c1, tok)
+        greedy = runner.decode_greedy(c2, tok)
+        np.testing.assert_array_equal(greedy, logits.argmax(-1))
+        tok = greedy
+
+
+@pytest.mark.parametrize("rows", [1, 2, 30, 100, 1025])
+@pytest.mark.parametrize("d", [768, 1024, 1280, 1600])
+def test_layernorm_kernel(cp, torch_cuda, rows, d):
+    from gpt2block.backends import cuda_ops
+
+    torch = torch_cuda
+    rng = np.random.default_rng()
+    x = rng.normal(0, 1, (rows, d)).astype(np.float32)
+    x[:, :3] *= 3000.0  # the trained residual stream's huge dimensions
+    x[0] += 2000.0  # a row whose mean is far from zero
+    g = rng.uniform(0.8, 1.2, d).astype(np.float32)
+    b = rng.normal(0, 0.1, d).astype(np.float32)
+    y = cp.full((rows, d), cp.nan, cp.float32)
+    cuda_ops.layernorm(cp.asarray(x), cp.asarray(g), cp.asarray(b), y, 1e-5)
+    ref = layer_norm(x.astype(np.float64), g, b)
+    peer = torch.nn.functional.layer_norm(torch.tensor(x).cuda(), (d,), torch.tensor(g).cuda(),
+                                          torch.tensor(b).cuda(), 1e-5).double().cpu().numpy()
+    ours = cp.asnumpy(y).astype(np.float64)
+    assert np.isfinite(ours).all()
+    assert np.abs(ours - ref).max() <= 2 * np.abs(peer - ref).max() + 1e-6
+
+
+def test_embedding_and_argmax_kernels(cp):
+    from gpt2block.backends import cuda_ops
+
+    rng = np.random.default_rng()
+    wte = rng.normal(0, 1, (1000, 768)).astype(np.float32)
+    wpe = rng.normal(0, 1, (64, 768)).astype(np.float32)
+    ids = rng.integers(0, 1000, 37).astype(np.int32)
+    pos = rng.integers(0, 64, 37).astype(np.int32)
+    x = cp.full((37, 768), cp.nan, cp.float32)
+    cuda_ops.embedding(cp.asarray(ids), cp.asarray(pos), cp.asarray(wte), cp.asarray(wpe), x)
+    np.testing.assert_array_equal(cp.asnumpy(x), wte[ids] + wpe[pos])
+
+    logits = rng.normal(0, 1, (5, 50257)).astype(np.float32)
+    logits[1, [7, 50000]] = 99.0  # a tie: the first index wins, as np.argmax
+    logits[2, -1] = 99.0  # the last column
+    out = cp.full(5, -1, cp.int32)
+    cuda_ops.argmax_rows(cp.asarray(logits), out)
+    np.testing.assert_array_equal(cp.asnumpy(out), logits.argmax(-1))

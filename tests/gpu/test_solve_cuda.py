@@ -1,0 +1,97 @@
+"""solve() on the GPU under the LeetGPU challenge's conditions, against the torch float32
+reference block (atol = rtol = 1e-3) and the float64 judge (at most 2x torch fp32's error)."""
+
+import numpy as np
+import pytest
+from torch_ref import challenge_weights, torch_block
+
+import gpt2block
+
+SEQ_LENS = [1, 2, 4, "4-zero", 16, 30, 64, 100, 128, 256, 1024, 1025]
+
+
+def _case(torch, seq_len, biases, seed):
+    gen = torch.Generator().manual_seed(seed)
+    zero = seq_len == "4-zero"
+    s = 4 if zero else seq_len
+    x = torch.zeros(s, 768) if zero else torch.rand(s, 768, generator=gen) * 2 - 1
+    return s, x.cuda(), challenge_weights(torch, biases=biases, gen=gen)
+
+
+def _errors(torch, x, w, out):
+    ref32 = torch_block(x, w)
+    ref64 = torch_block(x.double(), w.double())
+    ours = (out.double() - ref64).abs().max().item()
+    peer = (ref32.double() - ref64).abs().max().item()
+    return ref32, ours, peer
+
+
+@pytest.mark.parametrize("biases", [False, True], ids=["zero-bias", "bias"])
+@pytest.mark.parametrize("seq_len", SEQ_LENS)
+def test_solve_fp32_matches_challenge(torch_cuda, seq_len, biases):
+    torch = torch_cuda
+    s, x, w = _case(torch, seq_len, biases, seed=hash((str(seq_len), biases)) % 2**31)
+    out = torch.full_like(x, float("nan"))
+    gpt2block.solve(x, out, w, s)
+    torch.cuda.synchronize()
+    ref32, ours, peer = _errors(torch, x, w, out)
+    assert torch.isfinite(out).all(), "output has unwritten (NaN) elements"
+    torch.testing.assert_close(out, ref32, atol=1e-3, rtol=1e-3)
+    # fp32 mode: no worse than twice torch fp32 against float64 (plus one float32 ulp at |out| ~ 4)
+    assert ours <= 2 * peer + 5e-7, f"error vs float64 {ours:.3g} > 2 x torch fp32's {peer:.3g}"
+    assert x.isfinite().all()
+
+
+@pytest.mark.parametrize("seq_len", [1, 30, 1024, 8192])
+def test_solve_tf32_within_challenge_tolerance(torch_cuda, seq_len):
+    torch = torch_cuda
+    s, x, w = _case(torch, seq_len, True, seed=seq_len)
+    out = torch.full_like(x, float("nan"))
+    gpt2block.solve(x, out, w, s, precision="tf32")
+    ref32 = torch_block(x, w)
+    torch.testing.assert_close(out, ref32, atol=1e-3, rtol=1e-3)
+
+
+def test_solve_long_sequence_fp32(torch_cuda):
+    torch = torch_cuda
+    s, x, w = _case(torch, 8192, True, seed=8192)
+    out = torch.full_like(x, float("nan"))
+    gpt2block.solve(x, out, w, s)
+    ref32, ours, peer = _errors(torch, x, w, out)
+    torch.testing.assert_close(out, ref32, atol=1e-3, rtol=1e-3)
+    assert ours <= 2 * peer + 5e-7
+
+
+def test_solve_cupy_arrays_and_x_untouched(torch_cuda, cp):
+    torch = torch_cuda
+    s, x, w = _case(torch, 100, True, seed=7)
+    xc, wc = cp.asarray(x.cpu().numpy()), cp.asarray(w.cpu().numpy())
+    x_before = xc.copy()
+    out = cp.full((s, 768), cp.nan, cp.float32)
+    gpt2block.solve(xc, out, wc, s)
+    torch.testing.assert_close(torch.as_tensor(out.get()), torch_block(x, w).cpu(), atol=1e-3, rtol=1e-3)
+    assert (xc == x_before).all()
+    # the same call twice gives the same bits (no races, no atomics)
+    out2 = cp.full((s, 768), cp.nan, cp.float32)
+    gpt2block.solve(xc, out2, wc, s)
+    assert (out == out2).all()
+
+
+def test_solve_rejects_bad_device_arguments(torch_cuda, cp):
+    torch = torch_cuda
+    x = torch.rand(8, 768, device="cuda")
+    w = torch.zeros(gpt2block.block_numel(768), device="cuda")
+    out = torch.full_like(x, 7.0)
+    with pytest.raises(ValueError, match="output must not overlap x"):
+        gpt2block.solve(x, x, w, 8)
+    with pytest.raises(TypeError, match="x must be float32"):
+        gpt2block.solve(x.double(), out, w, 8)
+    with pytest.raises(ValueError, match="x must be C-contiguous"):
+        gpt2block.solve(torch.rand(768, 8, device="cuda").t(), out, w, 8)
+    with pytest.raises(ValueError, match="output must have shape"):
+        gpt2block.solve(x, out[:4], w, 8)
+    with pytest.raises(TypeError, match="all be host"):
+        gpt2block.solve(x, out, w.cpu().numpy(), 8)
+    with pytest.raises(ValueError, match="precision"):
+        gpt2block.solve(x, out, w, 8, precision="bf16")
+    assert (out == 7.0).all(), "a rejected call wrote into output"
