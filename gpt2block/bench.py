@@ -1,0 +1,478 @@
+"""The benchmark: gpt2block and its peers on the same GPU, in one run.
+
+Every figure is the median of at least ``reps`` timed runs after warm-up, timed with CUDA
+events (whole generations: wall clock after synchronizing), on fresh random data, after
+checking the output. The ceilings (device copy bandwidth, cuBLAS fp32 and TF32 GEMM rates)
+are measured in the same run. Results: a JSON file, a Markdown table and a PNG plot.
+
+Peers: the challenge's torch reference block (fp32, and TF32 + SDPA), torch layer_norm,
+and transformers' GPT2LMHeadModel (sdpa; static cache + torch.compile).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class Row:
+    what: str
+    ours: float | None = None  # ms (or tok/s for decode rows: see unit)
+    peer: float | None = None
+    peer_name: str = ""
+    unit: str = "ms"
+    target: str = ""
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ratio(self):
+        if self.ours is None or self.peer is None:
+            return None
+        return self.ours / self.peer
+
+    def verdict(self):
+        """'met' / 'MISSED' against the target, where the target is a ratio or a floor."""
+        if not self.target or self.ours is None:
+            return ""
+        kind, value = self.target.split(" ", 1)
+        v = float(value)
+        if kind == "ratio<=":
+            ok = self.ratio is not None and self.ratio <= v
+        elif kind == ">=":
+            ok = self.ours >= v
+        elif kind == "peer_x>=":
+            ok = self.peer is not None and self.ours >= v * self.peer
+        else:
+            raise ValueError(self.target)
+        return "met" if ok else "MISSED"
+
+
+def _events_median(fn, reps, warmup=3):
+    import cupy as cp
+
+    for _ in range(warmup):
+        fn()
+    cp.cuda.Device().synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(cp.cuda.get_elapsed_time(a, b))
+    return float(np.median(times))
+
+
+def _torch_median(torch, fn, reps, warmup=3):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return float(np.median(times))
+
+
+def _wall_median(sync, fn, reps, warmup=2):
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return float(np.median(times))
+
+
+# -- ceilings ------------------------------------------------------------------
+
+def measure_ceilings(torch, reps):
+    """Device copy bandwidth (bytes read + written) and cuBLAS fp32 / TF32 GEMM rates."""
+    n = 1 << 28  # 1 GiB of float32
+    a = torch.empty(n, device="cuda").uniform_()
+    b = torch.empty_like(a)
+    ms = _torch_median(torch, lambda: b.copy_(a), reps)
+    copy_tbs = 2 * 4 * n / ms / 1e9
+    del a, b
+    m = 8192
+    x = torch.randn(m, m, device="cuda")
+    y = torch.randn(m, m, device="cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    fp32 = 2 * m ** 3 / _torch_median(torch, lambda: x @ y, max(5, reps // 4)) / 1e9
+    torch.backends.cuda.matmul.allow_tf32 = True
+    tf32 = 2 * m ** 3 / _torch_median(torch, lambda: x @ y, max(5, reps // 4)) / 1e9
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return {"copy_TBps": copy_tbs, "sgemm_fp32_TFLOPs": fp32, "gemm_tf32_TFLOPs": tf32}
+
+
+def block_flops(s, d=768):
+    """FLOPs of one non-causal block: 24 s d^2 (GEMMs) + 4 s^2 d (attention)."""
+    return 24 * s * d * d + 4 * s * s * d
+
+
+# -- one block: solve() against the challenge's torch reference -------------------
+
+def bench_solve(torch, seq_lens, reps):
+    import gpt2block
+    from gpt2block.layout import block_layout
+
+    from_tests = _torch_block_fns(torch)
+    out = []
+    for s in seq_lens:
+        gen = torch.Generator(device="cuda").manual_seed(s)
+        x = torch.rand(s, 768, device="cuda", generator=gen) * 2 - 1
+        w = _challenge_weights(torch, block_layout(768), gen)
+        o = torch.full_like(x, float("nan"))
+        ref64 = from_tests["ref"](x.double(), w.double())
+        res = {"seq_len": s, "gflop": block_flops(s) / 1e9}
+        for prec in ("fp32", "tf32"):
+            gpt2block.solve(x, o, w, s, precision=prec)
+            torch.cuda.synchronize()
+            res[f"ours_{prec}_err"] = (o.double() - ref64).abs().max().item()
+            res[f"ours_{prec}_ms"] = _torch_median(torch, lambda p=prec: gpt2block.solve(x, o, w, s, precision=p),
+                                                   reps)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        r32 = from_tests["ref"](x, w)
+        res["torch_fp32_err"] = (r32.double() - ref64).abs().max().item()
+        res["torch_fp32_ms"] = _torch_median(torch, lambda: from_tests["ref"](x, w), reps)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        rt = from_tests["sdpa"](x, w)
+        res["torch_tf32_err"] = (rt.double() - ref64).abs().max().item()
+        res["torch_tf32_ms"] = _torch_median(torch, lambda: from_tests["sdpa"](x, w), reps)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        out.append(res)
+    return out
+
+
+def _challenge_weights(torch, lay, gen):
+    flat = torch.zeros(lay.numel, device="cuda")
+    for slot in lay.slots:
+        v = flat[slot.offset:slot.end]
+        if slot.name.endswith("_g"):
+            v.uniform_(0.8, 1.2, generator=gen)
+        else:
+            v.normal_(0.0, 0.02, generator=gen)
+    return flat
+
+
+def _torch_block_fns(torch):
+    """The challenge's reference block (explicit softmax attention) and its SDPA variant."""
+    import torch.nn.functional as F
+
+    from gpt2block.layout import block_layout
+
+    def block(x, flat, sdpa=False):
+        s, d = x.shape
+        w = block_layout(d).views(flat)
+        h = F.layer_norm(x, (d,), w["ln1_g"], w["ln1_b"], 1e-5)
+        qkv = h @ w["w_qkv"] + w["b_qkv"]
+        q, k, v = (qkv[:, i * d:(i + 1) * d].reshape(s, d // 64, 64).transpose(0, 1) for i in range(3))
+        if sdpa:
+            a = F.scaled_dot_product_attention(q[None], k[None], v[None])[0]
+        else:
+            a = torch.softmax((q @ k.transpose(1, 2)) / 8.0, dim=-1) @ v
+        x1 = x + a.transpose(0, 1).reshape(s, d) @ w["w_attn"] + w["b_attn"]
+        f = F.gelu(F.layer_norm(x1, (d,), w["ln2_g"], w["ln2_b"], 1e-5) @ w["w_fc"] + w["b_fc"], approximate="tanh")
+        return x1 + f @ w["w_proj"] + w["b_proj"]
+
+    return {"ref": block, "sdpa": lambda x, w: block(x, w, sdpa=True)}
+
+
+# -- LayerNorm -----------------------------------------------------------------
+
+def bench_layernorm(torch, reps, rows=8192, d=768):
+    import cupy as cp
+
+    from gpt2block.backends import cuda_ops
+
+    x = torch.randn(rows, d, device="cuda")
+    g = torch.rand(d, device="cuda") + 0.5
+    b = torch.randn(d, device="cuda")
+    y = torch.full_like(x, float("nan"))
+    xc, gc, bc, yc = (cp.asarray(t) for t in (x, g, b, y))
+    cuda_ops.layernorm(xc, gc, bc, yc, 1e-5)
+    ref = torch.nn.functional.layer_norm(x.double(), (d,), g.double(), b.double(), 1e-5)
+    err = (y.double() - ref).abs().max().item()
+    ours = _torch_median(torch, lambda: cuda_ops.layernorm(xc, gc, bc, yc, 1e-5), reps)
+    peer = _torch_median(torch, lambda: torch.nn.functional.layer_norm(x, (d,), g, b, 1e-5), reps)
+    nbytes = 2 * rows * d * 4
+    return {"ours_ms": ours, "torch_ms": peer, "ours_TBps": nbytes / ours / 1e9, "torch_TBps": nbytes / peer / 1e9,
+            "max_err": err}
+
+
+# -- the whole model -------------------------------------------------------------
+
+def _hf_model(torch, size, attn="sdpa"):
+    from transformers import GPT2Config as HFConfig
+    from transformers import GPT2LMHeadModel
+
+    from .config import SIZES
+
+    c = SIZES[size]
+    cfg = HFConfig(n_layer=c.n_layer, n_embd=c.n_embd, n_head=c.n_head, n_positions=1024, vocab_size=50257)
+    cfg._attn_implementation = attn
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(cfg).eval().cuda()
+    return model
+
+
+def _weights_from_hf(model):
+    """Our packed weights from a live transformers model (same numbers, no file round trip)."""
+    from .config import GPT2Config
+    from .layout import FIELDS, block_layout
+    from .weights import ModelWeights
+
+    sd = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
+    c = model.config
+    cfg = GPT2Config(n_layer=c.n_layer, n_embd=c.n_embd, n_head=c.n_head, n_positions=c.n_positions,
+                     vocab_size=c.vocab_size)
+    lay = block_layout(c.n_embd)
+    blocks = np.empty((c.n_layer, lay.numel), np.float32)
+    for i in range(c.n_layer):
+        v = lay.views(blocks[i])
+        for name, suffix, _ in FIELDS:
+            v[name][...] = sd[f"transformer.h.{i}.{suffix}"]
+    return ModelWeights(cfg, blocks, sd["transformer.wte.weight"], sd["transformer.wpe.weight"],
+                        sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"])
+
+
+def bench_prefill(torch, reps, size="gpt2", t=1024):
+    from .backends import make_runner
+
+    model = _hf_model(torch, size)
+    runner = make_runner(_weights_from_hf(model), "cuda", "fp32")
+    ids = np.random.default_rng().integers(0, 50257, t)
+    tid = torch.tensor(ids, device="cuda")[None]
+    with torch.no_grad():
+        ref = model(tid).logits[0].float().cpu().numpy()
+    got = runner.forward(ids)
+    err = float(np.abs(got - ref).max())
+    cache = runner.new_cache(1)
+
+    def ours_last():
+        cache.reset()
+        runner.prefill(cache, 0, ids)
+
+    res = {"tokens": t, "max_logit_diff_vs_hf": err}
+    res["ours_last_logits_ms"] = _torch_median(torch, ours_last, reps)
+    res["ours_all_logits_ms"] = _torch_median(torch, lambda: runner.forward(ids), reps)
+    with torch.no_grad():
+        res["hf_sdpa_ms"] = _torch_median(torch, lambda: model(tid), reps)
+        res["hf_sdpa_last_logits_ms"] = _torch_median(torch, lambda: model(tid, logits_to_keep=1), reps)
+    return res
+
+
+def _ours_decode_rate(torch, runner, batch, steps, reps, prompt_len=16):
+    rng = np.random.default_rng()
+    prompts = rng.integers(0, 50257, (batch, prompt_len))
+    cache = runner.new_cache(batch)
+
+    def gen():
+        cache.reset()
+        tok = np.stack([runner.prefill(cache, r, prompts[r]) for r in range(batch)]).argmax(-1)
+        for _ in range(steps):
+            tok = runner.decode_greedy(cache, tok)
+
+    def prefill_only():
+        cache.reset()
+        for r in range(batch):
+            runner.prefill(cache, r, prompts[r])
+
+    ms = _wall_median(torch.cuda.synchronize, gen, reps)
+    pre = _wall_median(torch.cuda.synchronize, prefill_only, reps)
+    return batch * steps / ((ms - pre) / 1e3)
+
+
+def _hf_decode_rate(torch, model, batch, steps, reps, compiled, prompt_len=16):
+    ids = torch.randint(0, 50257, (batch, prompt_len), device="cuda")
+    kw = dict(max_new_tokens=steps, min_new_tokens=steps, do_sample=False, pad_token_id=0)
+    if compiled:
+        kw["cache_implementation"] = "static"
+
+    def gen(n=steps):
+        with torch.no_grad():
+            model.generate(ids, **{**kw, "max_new_tokens": n, "min_new_tokens": n})
+
+    ms = _wall_median(torch.cuda.synchronize, gen, reps)
+    one = _wall_median(torch.cuda.synchronize, lambda: gen(1), reps)
+    return batch * (steps - 1) / ((ms - one) / 1e3)
+
+
+def bench_decode(torch, reps, size="gpt2", batches=(1, 8), steps=128, compile_peer=True):
+    from .backends import make_runner
+
+    model = _hf_model(torch, size)
+    w = _weights_from_hf(model)
+    res = {"size": size, "steps": steps}
+    for prec in ("fp32", "bf16"):
+        runner = make_runner(w, "cuda", prec)
+        for b in batches:
+            res[f"ours_{prec}_b{b}_tok_s"] = _ours_decode_rate(torch, runner, b, steps, max(3, reps // 4))
+        del runner
+    for b in batches:
+        res[f"hf_sdpa_b{b}_tok_s"] = _hf_decode_rate(torch, model, b, steps, max(3, reps // 4), False)
+    if compile_peer:
+        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+        for b in batches:
+            res[f"hf_compiled_b{b}_tok_s"] = _hf_decode_rate(torch, model, b, steps, max(3, reps // 4), True)
+    return res
+
+
+# -- report ----------------------------------------------------------------------
+
+def make_rows(r):
+    rows = []
+    s1024 = next((s for s in r.get("solve", []) if s["seq_len"] == 1024), None)
+    if s1024:
+        rows.append(Row("solve() seq 1024, fp32 mode", s1024["ours_fp32_ms"], s1024["torch_fp32_ms"],
+                        "torch fp32 reference block", "ms", "ratio<= 0.5",
+                        f"err {s1024['ours_fp32_err']:.2g} vs torch {s1024['torch_fp32_err']:.2g}"))
+        rows.append(Row("solve() seq 1024, tf32 mode", s1024["ours_tf32_ms"], s1024["torch_tf32_ms"],
+                        "torch TF32 + SDPA block", "ms", "ratio<= 0.4", f"err {s1024['ours_tf32_err']:.2g}"))
+    if "prefill" in r:
+        p = r["prefill"]
+        rows.append(Row("gpt2 prefill 1024 tokens, fp32 (all logits)", p["ours_all_logits_ms"], p["hf_sdpa_ms"],
+                        "transformers sdpa fp32", "ms", "ratio<= 0.4",
+                        f"max |logit diff| {p['max_logit_diff_vs_hf']:.2g}"))
+        rows.append(Row("gpt2 prefill 1024 tokens, fp32 (last logits)", p["ours_last_logits_ms"],
+                        p["hf_sdpa_last_logits_ms"], "transformers sdpa, logits_to_keep=1", "ms", "ratio<= 0.4"))
+    if "decode" in r:
+        dd = r["decode"]
+        peer = lambda b: dd.get(f"hf_compiled_b{b}_tok_s", dd.get(f"hf_sdpa_b{b}_tok_s"))  # noqa: E731
+        rows.append(Row("gpt2 greedy decode b1, fp32", dd.get("ours_fp32_b1_tok_s"), peer(1),
+                        "transformers static cache + compile", "tok/s", ">= 4000"))
+        rows.append(Row("gpt2 greedy decode b8, fp32", dd.get("ours_fp32_b8_tok_s"), peer(8),
+                        "transformers static cache + compile", "tok/s", ">= 20000"))
+        rows.append(Row("gpt2 greedy decode b1, bf16 weights", dd.get("ours_bf16_b1_tok_s"), 16900,
+                        "HBM floor (bf16)", "tok/s", ">= 7000"))
+    if "layernorm" in r:
+        ln = r["layernorm"]
+        rows.append(Row("LayerNorm 8192 x 768", ln["ours_TBps"], ln["torch_TBps"], "torch layer_norm", "TB/s",
+                        f">= {0.8 * r['ceilings']['copy_TBps']:.3f}",
+                        f"{ln['ours_TBps'] / r['ceilings']['copy_TBps']:.0%} of copy bandwidth"))
+    if "decode_xl" in r:
+        x = r["decode_xl"]
+        rows.append(Row("gpt2-xl greedy decode b1, fp32", x.get("ours_fp32_b1_tok_s"), x.get("hf_sdpa_b1_tok_s"),
+                        "transformers sdpa fp32", "tok/s", "peer_x>= 8"))
+    return rows
+
+
+def markdown(r, rows):
+    c = r["ceilings"]
+    lines = [
+        f"Ceilings measured in this run: copy {c['copy_TBps']:.2f} TB/s, cuBLAS fp32 SGEMM "
+        f"{c['sgemm_fp32_TFLOPs']:.1f} TFLOP/s, TF32 {c['gemm_tf32_TFLOPs']:.0f} TFLOP/s.",
+        "",
+        "| what | gpt2block | peer | peer value | ratio | target | verdict | note |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        f = lambda v: "" if v is None else (f"{v:,.0f}" if row.unit == "tok/s" else f"{v:.3f}")  # noqa: E731
+        ratio = "" if row.ratio is None else f"{row.ratio:.2f}x"
+        lines.append(f"| {row.what} | {f(row.ours)} {row.unit} | {row.peer_name} | {f(row.peer)} | {ratio} | "
+                     f"{row.target} | {row.verdict()} | {row.note} |")
+    if r.get("solve"):
+        lines += ["", "| seq_len | ours fp32 ms | ours tf32 ms | torch fp32 ms | torch tf32 ms | ours fp32 TFLOP/s | "
+                  "ours fp32 err | torch fp32 err |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for s in r["solve"]:
+            lines.append(f"| {s['seq_len']} | {s['ours_fp32_ms']:.3f} | {s['ours_tf32_ms']:.3f} | "
+                         f"{s['torch_fp32_ms']:.3f} | {s['torch_tf32_ms']:.3f} | "
+                         f"{s['gflop'] / s['ours_fp32_ms']:.1f} | {s['ours_fp32_err']:.2g} | "
+                         f"{s['torch_fp32_err']:.2g} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(r, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    if r.get("solve"):
+        s = [x["seq_len"] for x in r["solve"]]
+        ax = axes[0]
+        for key, label in (("ours_fp32_ms", "gpt2block fp32"), ("ours_tf32_ms", "gpt2block tf32"),
+                           ("torch_fp32_ms", "torch fp32"), ("torch_tf32_ms", "torch TF32+SDPA")):
+            ax.plot(s, [x[key] for x in r["solve"]], marker="o", label=label)
+        c = r["ceilings"]
+        ax.plot(s, [block_flops(n) / c["sgemm_fp32_TFLOPs"] / 1e9 for n in s], "k--", label="fp32 SGEMM floor")
+        ax.plot(s, [block_flops(n) / c["gemm_tf32_TFLOPs"] / 1e9 for n in s], "k:", label="TF32 floor")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("seq_len")
+        ax.set_ylabel("ms per block")
+        ax.set_title("one GPT-2 block (D=768), solve()")
+        ax.legend(fontsize=8)
+    if "decode" in r:
+        dd = r["decode"]
+        ax = axes[1]
+        names = [k for k in dd if k.endswith("_tok_s")]
+        ax.barh(names, [dd[k] for k in names])
+        floor = r["ceilings"]["copy_TBps"] * 1e12 / 2 / (124.4e6 * 4)
+        ax.axvline(floor, color="k", ls="--", label=f"fp32 HBM floor b1 ({floor:,.0f} tok/s)")
+        ax.set_xscale("log")
+        ax.set_xlabel("tokens/s (greedy, gpt2)")
+        ax.legend(fontsize=8)
+        ax.set_title("decode")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def run_bench(out_dir, reps=20, quick=False, sections=("ceilings", "solve", "layernorm", "prefill", "decode",
+                                                       "decode_xl"), log=print):
+    """Run the benchmark; write bench.json, bench.md and bench.png into out_dir. Returns the results."""
+    try:
+        import torch
+    except ImportError:
+        raise RuntimeError("the benchmark's peers need torch (pip install gpt2block[test])") from None
+    if not torch.cuda.is_available():
+        raise RuntimeError("the benchmark needs a CUDA GPU")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    r = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "reps": reps}
+    seq_lens = [1, 128, 1024] if quick else [1, 16, 128, 256, 512, 1024, 2048, 4096]
+    r["ceilings"] = measure_ceilings(torch, reps)
+    log(f"ceilings: {r['ceilings']}")
+    if "solve" in sections:
+        r["solve"] = bench_solve(torch, seq_lens, reps)
+        log("solve done")
+    if "layernorm" in sections:
+        r["layernorm"] = bench_layernorm(torch, reps)
+        log(f"layernorm: {r['layernorm']}")
+    if "prefill" in sections:
+        r["prefill"] = bench_prefill(torch, reps)
+        log(f"prefill: {r['prefill']}")
+    if "decode" in sections:
+        r["decode"] = bench_decode(torch, reps, steps=64 if quick else 128, compile_peer=not quick)
+        log(f"decode: {r['decode']}")
+    if "decode_xl" in sections:
+        r["decode_xl"] = bench_decode(torch, reps, "gpt2-xl", batches=(1,), steps=32 if quick else 64,
+                                      compile_peer=False)
+        log(f"decode_xl: {r['decode_xl']}")
+    rows = make_rows(r)
+    r["rows"] = [dict(row.__dict__, ratio=row.ratio, verdict=row.verdict()) for row in rows]
+    (out / "bench.json").write_text(json.dumps(r, indent=1, default=float))
+    (out / "bench.md").write_text(markdown(r, rows))
+    try:
+        plot(r, out / "bench.png")
+    except ImportError:
+        log("matplotlib not installed: no plot")
+    return r, rows
+
+
