@@ -74,12 +74,15 @@ class CudaCache(Cache):
         # [B, n_layer, 2 (k, v), n_ctx, D]: key p of row b, layer l at kv[b, l, 0, p]
         self.kv = cp.zeros((batch, c.n_layer, 2, c.n_positions, c.n_embd), cp.float32)
         self.batch_stride = c.n_layer * 2 * c.n_positions * c.n_embd  # elements between rows
+        self.step = None  # [4, B] int32 on the device: ids, seq, pos, lengths of the current step
+        self.warm = False  # one eager step ran (kernels compiled, workspaces sized)
+        self.graph = None  # the captured decode step (CudaRunner.use_graphs)
 
 
 class CudaRunner(Runner):
     backend = "cuda"
 
-    def __init__(self, weights: ModelWeights, precision: str = "fp32"):
+    def __init__(self, weights: ModelWeights, precision: str = "fp32", use_graphs: bool = True):
         if precision not in VARIANTS:
             raise ValueError(f"cuda backend precision must be one of {', '.join(VARIANTS)}; got {precision!r}")
         self.precision = precision
@@ -104,6 +107,9 @@ class CudaRunner(Runner):
         self.hf = cp.empty((c.n_positions, c.n_embd), cp.float32)  # ln_f output
         self._logits = None  # [rows, V], grown on demand
         self._argmax = cp.empty(c.n_positions, cp.int32)
+        self._logits_buf(8)
+        self.use_graphs = use_graphs
+        self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
 
     def new_cache(self, batch: int) -> CudaCache:
         return CudaCache(batch, self.config)
@@ -145,6 +151,12 @@ class CudaRunner(Runner):
         start = int(cache.pos[row])
         cache.check_room(row, t)
         pos = np.arange(start, start + t)
+        with self.stream:
+            return self._prefill(cache, row, ids, start, pos, all_logits)
+
+    def _prefill(self, cache, row, ids, start, pos, all_logits):
+        c = self.config
+        t = len(ids)
         d_ids, d_seq, d_pos, _ = self._step_ints(ids, np.full(t, row), pos)
         cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:t])
         for layer, w in enumerate(self.block_views):
@@ -159,10 +171,35 @@ class CudaRunner(Runner):
                       attend=attend, after_qkv=store)
         cache.pos[row] = start + t
         logits = self._head(0, t, False) if all_logits else self._head(t - 1, t, False)
-        out = cp.asnumpy(logits)
+        out = cp.asnumpy(logits, stream=self.stream, blocking=True)
         return out if all_logits else out[0]
 
+    def _decode_kernels(self, cache: "CudaCache", step) -> None:
+        """Every kernel of one decode step, reading ids / seq / pos / lengths from ``step`` [4, B]
+        (device, fixed address) and writing logits and argmax to fixed buffers: capturable."""
+        c = self.config
+        b = cache.batch
+        d_ids, d_seq, d_pos, d_len = step[0], step[1], step[2], step[3]
+        cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:b])
+        for layer, w in enumerate(self.block_views):
+            k_cache, v_cache = cache.kv[0, layer, 0], cache.kv[0, layer, 1]
+            store = lambda qkv: cuda_ops.kvcache_store(  # noqa: E731
+                qkv, d_seq, d_pos, k_cache, v_cache, cache.batch_stride)
+            # max_len = n_ctx: the split grid does not depend on the step, so one graph serves all
+            attend = lambda qkv, out: cuda_attention.attention_decode(  # noqa: E731
+                qkv, k_cache, v_cache, d_len, out, n_head=c.n_head, q_stride=3 * c.n_embd,
+                cache_batch_stride=cache.batch_stride, max_len=c.n_positions)
+            run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
+                      attend=attend, after_qkv=store, wq=self.bf16[layer] if self.bf16 else None)
+        logits = self._head(0, b, self.bf16 is not None and b <= cuda_linear.GEMV_MAX_M)
+        cuda_ops.argmax_rows(logits, self._argmax[:b])
+
     def _decode_device(self, cache: Cache, tokens: np.ndarray):
+        """One decode step for every row; returns the device logits [B, V] (argmax in self._argmax).
+
+        The first step of a cache runs eagerly (compiling kernels, sizing workspaces); with
+        ``use_graphs`` the second is captured as a CUDA graph and every later step replays it,
+        so a step costs one upload of 4 x B ints, one graph launch and one download."""
         c = self.config
         tokens = check_ids(tokens, c.vocab_size)
         b = cache.batch
@@ -172,30 +209,36 @@ class CudaRunner(Runner):
             raise ValueError(f"decode batch {b} exceeds the workspace of {c.n_positions} rows")
         for r in range(b):
             cache.check_room(r, 1)
-        pos = cache.pos.copy()
-        d_ids, d_seq, d_pos, d_len = self._step_ints(tokens, np.arange(b), pos)
-        cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:b])
-        max_len = int(pos.max()) + 1
-        for layer, w in enumerate(self.block_views):
-            k_cache, v_cache = cache.kv[0, layer, 0], cache.kv[0, layer, 1]
-            store = lambda qkv: cuda_ops.kvcache_store(  # noqa: E731
-                qkv, d_seq, d_pos, k_cache, v_cache, cache.batch_stride)
-            attend = lambda qkv, out: cuda_attention.attention_decode(  # noqa: E731
-                qkv, k_cache, v_cache, d_len, out, n_head=c.n_head, q_stride=3 * c.n_embd,
-                cache_batch_stride=cache.batch_stride, max_len=max_len)
-            run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
-                      attend=attend, after_qkv=store, wq=self.bf16[layer] if self.bf16 else None)
+        pos = cache.pos
+        host = np.stack([tokens, np.arange(b), pos, pos + 1]).astype(np.int32)  # ids, seq, pos, lengths
+        logits = self._logits_buf(b)
+        with self.stream:
+            if cache.step is None:
+                cache.step = cp.empty((4, b), cp.int32)
+            cache.step.set(host, stream=self.stream)
+            if cache.graph is not None:
+                cache.graph.launch(self.stream)
+            elif self.use_graphs and cache.warm:
+                self.stream.begin_capture()
+                try:
+                    self._decode_kernels(cache, cache.step)
+                finally:
+                    cache.graph = self.stream.end_capture()
+                cache.graph.launch(self.stream)
+            else:
+                self._decode_kernels(cache, cache.step)
+                cache.warm = True
         cache.pos += 1
-        return self._head(0, b, self.bf16 is not None and b <= cuda_linear.GEMV_MAX_M)
+        return logits
 
     def decode(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
-        return cp.asnumpy(self._decode_device(cache, tokens))
+        logits = self._decode_device(cache, tokens)
+        return cp.asnumpy(logits, stream=self.stream, blocking=True)
 
     def decode_greedy(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
-        logits = self._decode_device(cache, tokens)
-        out = self._argmax[:cache.batch]
-        cuda_ops.argmax_rows(logits, out)
-        return cp.asnumpy(out).astype(np.int64)
+        self._decode_device(cache, tokens)
+        out = cp.asnumpy(self._argmax[:cache.batch], stream=self.stream, blocking=True)
+        return out.astype(np.int64)
 
 
 # -- solve(): one non-causal block on the user's device buffers ------------------
