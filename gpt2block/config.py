@@ -75,9 +75,11 @@ class GPT2Config:
             elif field in ("n_layer", "n_embd", "n_head"):
                 raise ConfigError(f"{source}: missing field {field}")
         try:
-            return cls(**kwargs)
+            config = cls(**kwargs)
         except ConfigError as e:
             raise ConfigError(f"{source}: {e}") from None
+        _refuse_variants(cfg, config, source)
+        return config
 
     @classmethod
     def from_json(cls, path: str | Path) -> "GPT2Config":
@@ -89,6 +91,25 @@ class GPT2Config:
         except json.JSONDecodeError as e:
             raise ConfigError(f"{path}: not valid JSON ({e})") from None
         return cls.from_dict(cfg, source=str(path))
+
+
+# Hugging Face GPT-2 options that change the arithmetic: (key, the value gpt2block runs, why)
+_FIXED_OPTIONS = (
+    ("scale_attn_weights", True, "attention scores are scaled by 1/sqrt(64)"),
+    ("scale_attn_by_inverse_layer_idx", False, "no extra per-layer scaling of attention scores"),
+    ("add_cross_attention", False, "decoder-only blocks"),
+)
+
+
+def _refuse_variants(cfg: dict, config: GPT2Config, source: str) -> None:
+    """Refuse config.json options of GPT2Config that would give different logits than our block."""
+    n_inner = cfg.get("n_inner")
+    if n_inner is not None and n_inner != 4 * config.n_embd:
+        raise ConfigError(f"{source}: config field n_inner is {n_inner!r}; gpt2block runs FF = 4 * n_embd "
+                          f"({4 * config.n_embd})")
+    for key, value, why in _FIXED_OPTIONS:
+        if key in cfg and cfg[key] != value:
+            raise ConfigError(f"{source}: config field {key} is {cfg[key]!r}; gpt2block runs {value} ({why})")
 
 
 # The published sizes, by their short names (hub ids in checkpoint.HUB_IDS).
