@@ -1,0 +1,324 @@
+"""The command line: generate, validate, perplexity, pack, info, export-cuda.
+
+Output goes to stdout (generated text, figures); everything about the run
+(backend picked, warnings, the one-line summary) goes to stderr. Errors about
+the model, the backend or the input print ``Error: ...`` and exit with status 1;
+bad option values are click usage errors (status 2).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import secrets
+import sys
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .backends import BACKENDS, PRECISIONS, BackendError, cuda_status, make_runner, resolve_backend
+from .checkpoint import HUB_IDS, CheckpointError, default_pack_path, load_model, pack
+from .config import ConfigError
+from .sampler import SamplingError, SamplingParams
+from .tokenizer import TokenizerError
+
+USER_ERRORS = (CheckpointError, ConfigError, BackendError, TokenizerError)
+
+
+@contextmanager
+def user_errors(*extra):
+    """CheckpointError / ConfigError / BackendError / TokenizerError (and ``extra``) -> Error: ..., exit 1."""
+    try:
+        yield
+    except USER_ERRORS + tuple(extra) as e:
+        raise click.ClickException(str(e)) from None
+
+
+def note(message: str) -> None:
+    click.echo(message, err=True)
+
+
+MODEL_HELP = (f"hub id or alias ({', '.join(HUB_IDS)}), a local Hugging Face directory, "
+              "or a file made by `gpt2block pack`")
+
+
+def model_option(default="gpt2"):
+    return click.option("--model", "-m", default=default, show_default=True, help=MODEL_HELP)
+
+
+backend_option = click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
+                              help="auto: cuda where CuPy sees a GPU, else numpy")
+precision_option = click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
+                                help="fp32 everywhere; tf32 and bf16 are CUDA modes")
+
+
+def load_runner(model: str, backend: str, precision: str):
+    """(LoadedModel, Runner); says on stderr which backend 'auto' picked."""
+    with user_errors():
+        loaded = load_model(model)
+        name = resolve_backend(backend)
+        if backend == "auto":
+            why = cuda_status()[1]
+            note(f"backend auto -> {name} ({why})")
+        return loaded, make_runner(loaded.weights, name, precision)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gpt2block")
+def main():
+    """gpt2block: GPT-2 inference on our own CUDA kernels, with a NumPy reference."""
+
+
+# ---------------------------------------------------------------- generate
+
+
+def unescape(s: str) -> str:
+    """The escapes a shell does not make easy in --stop: \\n, \\t, \\r and \\\\."""
+    out, i = [], 0
+    table = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+    while i < len(s):
+        if s[i] == "\\" and i + 1 < len(s) and s[i + 1] in table:
+            out.append(table[s[i + 1]])
+            i += 2
+        else:
+            out.append(s[i])
+            i += 1
+    return "".join(out)
+
+
+def stop_strings(ctx, param, values):
+    out = [unescape(v) for v in values]
+    if any(v == "" for v in out):
+        raise click.BadParameter("a stop string must not be empty")
+    return out
+
+
+@main.command()
+@click.argument("prompt")
+@model_option()
+@backend_option
+@precision_option
+@click.option("--max-new-tokens", "-n", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--temperature", "-t", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="0 = greedy")
+@click.option("--top-k", type=click.IntRange(min=0), default=50, show_default=True, help="0 = off")
+@click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=1.0, show_default=True,
+              help="nucleus sampling; 1 = off")
+@click.option("--repetition-penalty", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True, help="CTRL-style; 1 = off")
+@click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=None,
+              help="seed of the sampler's random numbers [default: a fresh one, printed in the summary]")
+@click.option("--stop", multiple=True, callback=stop_strings,
+              help="stop at this text (repeatable; \\n, \\t understood); the output is cut before it")
+@click.option("--num-samples", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--stream/--no-stream", default=True, show_default=True,
+              help="print tokens as they come (with --num-samples > 1 the first sample streams, the others follow it)")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object with every sample (no streaming)")
+def generate(prompt, model, backend, precision, max_new_tokens, temperature, top_k, top_p, repetition_penalty,
+             seed, stop, num_samples, stream, as_json):
+    """Continue PROMPT (- reads it from stdin)."""
+    from .generate import generate as run_generate
+
+    if prompt == "-":
+        prompt = click.get_text_stream("stdin").read()
+    try:
+        params = SamplingParams(temperature, top_k, top_p, repetition_penalty)
+    except SamplingError as e:
+        raise click.UsageError(str(e)) from None
+    seed = secrets.randbits(63) if seed is None else seed
+    loaded, runner = load_runner(model, backend, precision)
+    out = click.get_text_stream("stdout")
+    stream = stream and not as_json
+
+    def header(i):  # before each sample when there are several
+        return f"{chr(10) if i else ''}=== sample {i + 1}/{num_samples} ===\n" if num_samples > 1 else ""
+
+    def on_token(row, text):  # the first sample streams live; the others are printed after it
+        if row == 0:
+            out.write(text)
+            out.flush()
+
+    if stream:
+        out.write(header(0) + prompt)
+        out.flush()
+    with user_errors():
+        results = run_generate(runner, loaded.tokenizer, [prompt], max_new_tokens, params, seed, stop,
+                               num_samples, on_token if stream else None, note)
+    if as_json:
+        click.echo(json.dumps(json_report(loaded, runner, seed, params, results), indent=2))
+    else:
+        for i, r in enumerate(results):
+            if stream and i == 0:
+                out.write("\n")
+            else:
+                out.write(header(i) + prompt + r.text + "\n")
+        out.flush()
+    note(summary(results, runner, seed))
+
+
+def summary(results, runner, seed) -> str:
+    n = sum(r.new_tokens for r in results)
+    secs = sum(t.total_s for t in {id(r.timing): r.timing for r in results}.values())
+    rate = n / secs if secs > 0 else 0.0
+    reasons = ", ".join(sorted({r.stop_reason for r in results}))
+    return (f"[gpt2block] {n} tokens in {secs:.2f} s ({rate:.1f} tokens/s), backend {runner.describe()}, "
+            f"seed {seed}, stopped by {reasons}")
+
+
+def json_report(loaded, runner, seed, params, results) -> dict:
+    timings = list({id(r.timing): r.timing for r in results}.values())
+    return {
+        "model": loaded.source,
+        "backend": runner.backend,
+        "precision": runner.precision,
+        "seed": seed,
+        "sampling": {"temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p,
+                     "repetition_penalty": params.repetition_penalty},
+        "samples": [
+            {"prompt": r.prompt, "text": r.text, "token_ids": r.token_ids, "prompt_ids": r.prompt_ids,
+             "stop_reason": r.stop_reason, "stop_string": r.stop_string, "new_tokens": r.new_tokens}
+            for r in results
+        ],
+        "timing": {
+            "prefill_s": sum(t.prefill_s for t in timings),
+            "decode_s": sum(t.decode_s for t in timings),
+            "new_tokens": sum(t.new_tokens for t in timings),
+            "tokens_per_s": (sum(t.new_tokens for t in timings) / s) if (s := sum(t.total_s for t in timings)) else 0.0,
+        },
+    }
+
+
+# ---------------------------------------------------------------- validate
+
+
+@main.command()
+@model_option()
+@backend_option
+@precision_option
+@click.option("--prompt", default=None, help="text whose logits are compared [default: \"Hello, I'm a language model,\"]")
+def validate(model, backend, precision, prompt):
+    """Compare logits and a greedy continuation with Hugging Face transformers on the same checkpoint."""
+    from . import validate as v
+
+    with user_errors(v.MissingDependency):
+        v._torch()  # a clear error before loading anything when torch/transformers are absent
+    loaded, runner = load_runner(model, backend, precision)
+    with user_errors(v.MissingDependency):
+        ids = loaded.tokenizer.encode(v.DEFAULT_PROMPT if prompt is None else prompt)
+        if not ids:
+            raise click.BadParameter("the prompt encodes to no tokens", param_hint="--prompt")
+        hf = v.hf_model_for(loaded.source, loaded.weights)
+        report = v.validate(runner, hf, ids)
+    click.echo(f"validate {loaded.source}: backend {runner.describe()} against transformers "
+               f"{metadata.version('transformers')}, {len(report.prompt_ids)} prompt tokens")
+    for c in report.checks:
+        click.echo(f"  {'PASS' if c.passed else 'FAIL'}  {c.name}: {c.figure}  (limit: {c.limit})")
+    click.echo("all checks passed" if report.passed else "FAILED")
+    if not report.passed:
+        sys.exit(1)
+
+
+# ---------------------------------------------------------------- perplexity
+
+
+@main.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
+@model_option()
+@backend_option
+@precision_option
+@click.option("--max-length", type=click.IntRange(min=2), default=None,
+              help="window length in tokens [default: the model's n_ctx]")
+@click.option("--stride", type=click.IntRange(min=1), default=None,
+              help="tokens between window starts [default: max-length // 2]")
+def perplexity(file, model, backend, precision, max_length, stride):
+    """Sliding-window perplexity of the text in FILE (transformers' perplexity guide)."""
+    from .perplexity import PerplexityError, perplexity as run_ppl
+
+    try:
+        text = Path(file).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise click.ClickException(f"{file}: not UTF-8 text ({e})") from None
+    loaded, runner = load_runner(model, backend, precision)
+    n_ctx = runner.config.n_ctx
+    if max_length is not None and max_length > n_ctx:
+        raise click.BadParameter(f"{max_length} is longer than the model's context ({n_ctx})",
+                                 param_hint="--max-length")
+    L = max_length or n_ctx
+    if stride is not None and stride > L:
+        raise click.BadParameter(f"{stride} is larger than the window length ({L})", param_hint="--stride")
+    with user_errors(PerplexityError):
+        ids = loaded.tokenizer.encode(text)
+        res = run_ppl(runner, ids, max_length, stride)
+    click.echo(f"perplexity {res.ppl:.6f}")
+    note(f"[gpt2block] {res.n_tokens} tokens, {res.n_windows} windows of {res.max_length} (stride {res.stride}), "
+         f"mean nll {res.avg_nll:.6f}, backend {runner.describe()}")
+
+
+# ---------------------------------------------------------------- pack, info, export-cuda
+
+
+@main.command("pack")
+@click.argument("model")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="packed file to write [default: weights/<name>.safetensors]")
+def pack_cmd(model, output):
+    """Write MODEL as one packed safetensors file (see weights/README.md)."""
+    with user_errors():
+        out = pack(model, output if output is not None else default_pack_path(model))
+    click.echo(str(out))
+
+
+def _version(*dists) -> str:
+    for d in dists:
+        try:
+            return f"{metadata.version(d)}" + ("" if len(dists) == 1 else f" ({d})")
+        except metadata.PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+@main.command()
+def info():
+    """Backends available here, the GPU, versions, where the kernel sources are."""
+    from .kernel_source import kernels_dir
+
+    ok, why = cuda_status()
+    click.echo(f"gpt2block {__version__} (python {platform.python_version()}, {platform.machine()})")
+    click.echo("backends: numpy" + (", cuda" if ok else ""))
+    click.echo(f"cuda: {'available' if ok else 'unavailable'}: {why}")
+    if ok:
+        click.echo(f"gpu: {gpu_name()}")
+    for name, dists in (("numpy", ("numpy",)), ("cupy", ("cupy-cuda13x", "cupy-cuda12x", "cupy")),
+                        ("torch", ("torch",)), ("transformers", ("transformers",)),
+                        ("tokenizers", ("tokenizers",)), ("safetensors", ("safetensors",)),
+                        ("huggingface_hub", ("huggingface_hub",)), ("click", ("click",))):
+        click.echo(f"{name}: {_version(*dists)}")
+    try:
+        click.echo(f"kernel sources: {kernels_dir()}")
+    except FileNotFoundError as e:
+        click.echo(f"kernel sources: missing ({e})")
+
+
+def gpu_name() -> str:
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = props["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+@main.command("export-cuda")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
+              help="the .cu file to write (e.g. solution.cu)")
+def export_cuda_cmd(output):
+    """Write the one-file CUDA solution of the LeetGPU GPT-2 block challenge."""
+    from .export import export_cuda
+
+    try:
+        out = export_cuda(output)
+    except OSError as e:
+        raise click.ClickException(f"{output}: cannot write ({e})") from None
+    click.echo(str(out))

@@ -1,0 +1,100 @@
+"""Sliding-window perplexity, computed the way transformers' perplexity guide does it.
+
+Windows of max_length tokens (n_ctx by default) start every ``stride`` tokens.
+In each window the labels of the prefix already scored by the previous window
+are masked (-100 in the guide); the window's loss is the mean negative
+log-likelihood over its remaining labels after the one-token shift; the guide
+weights that mean by (unmasked labels - 1) and divides the weighted sum by the
+sum of the weights:
+
+    nll_sum += loss * (valid - 1);  n_tokens += valid - 1;  ppl = exp(nll_sum / n_tokens)
+
+(For windows after the first, the mean is over ``valid`` labels but weighted by
+valid - 1: that is the guide's formula, reproduced as it is so the figures agree.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from .backends.base import Runner
+
+
+class PerplexityError(ValueError):
+    """A window length, stride or text that perplexity cannot use."""
+
+
+@dataclass
+class Perplexity:
+    ppl: float
+    avg_nll: float  # nats per scored token (the guide's weighting)
+    n_tokens: int  # tokens in the text
+    n_windows: int
+    max_length: int
+    stride: int
+
+
+def log_softmax(z):  # [T, V] -> [T, V], float64
+    z = np.asarray(z, np.float64)
+    m = z.max(axis=-1, keepdims=True)
+    return z - m - np.log(np.exp(z - m).sum(axis=-1, keepdims=True))
+
+
+def window_loss(logits, ids, trg_len):
+    """Mean nll of one window: logits [L, V] of ids [L]; labels before the last trg_len masked.
+
+    After the shift, position i predicts ids[i + 1]; label i + 1 counts when i + 1 >= L - trg_len.
+    Returns (mean nll, number of unmasked labels before the shift).
+    """
+    L = len(ids)
+    first = max(L - trg_len, 1)  # label 0 has nothing predicting it
+    lp = log_softmax(logits[first - 1:L - 1])  # [L - first, V]
+    nll = -lp[np.arange(L - first), np.asarray(ids[first:L])]  # [L - first]
+    return float(nll.mean()), min(trg_len, L)
+
+
+def windows(seq_len: int, max_length: int, stride: int):
+    """(begin, end, trg_len) of every window, the guide's loop."""
+    prev_end = 0
+    for begin in range(0, seq_len, stride):
+        end = min(begin + max_length, seq_len)
+        yield begin, end, end - prev_end
+        prev_end = end
+        if end == seq_len:
+            break
+
+
+def perplexity(
+    runner: Runner,
+    ids: Sequence[int],
+    max_length: Optional[int] = None,
+    stride: Optional[int] = None,
+    on_window: Optional[Callable[[int, int], None]] = None,
+) -> Perplexity:
+    """Perplexity of the token ids with runner.forward logits. stride defaults to max_length // 2."""
+    n_ctx = runner.config.n_ctx
+    max_length = n_ctx if max_length is None else max_length
+    if not 2 <= max_length <= n_ctx:
+        raise PerplexityError(f"max_length must be between 2 and the context ({n_ctx}); got {max_length}")
+    stride = max(1, max_length // 2) if stride is None else stride
+    if not 1 <= stride <= max_length:
+        raise PerplexityError(f"stride must be between 1 and max_length ({max_length}); got {stride}")
+    ids = list(ids)
+    if len(ids) < 2:
+        raise PerplexityError(f"perplexity needs a text of at least 2 tokens; got {len(ids)}")
+    nll_sum, n_scored, n_win = 0.0, 0, 0
+    spans = list(windows(len(ids), max_length, stride))
+    for begin, end, trg_len in spans:
+        chunk = ids[begin:end]
+        n_win += 1
+        if trg_len >= 2:  # else its weight valid - 1 is 0: a one-token tail window scores nothing
+            loss, valid = window_loss(runner.forward(chunk), chunk, trg_len)
+            nll_sum += loss * (valid - 1)
+            n_scored += valid - 1
+        if on_window is not None:
+            on_window(n_win, len(spans))
+    avg = nll_sum / n_scored
+    return Perplexity(float(np.exp(avg)), avg, len(ids), n_win, max_length, stride)
