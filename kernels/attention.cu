@@ -1,0 +1,562 @@
+// attention.cu: multi-head attention of GPT-2 (head dim 64, H = D / 64 heads, any H).
+//
+//   out[i, h*64 : h*64+64] = sum_j softmax_j(q_i . k_j / 8) v_j      over the keys j visible to query i
+//
+// Prefill (one sequence, flash style: online softmax over key tiles of 64, no S x S matrix,
+// shared memory independent of the sequence length) and decode (one new query per row over
+// the KV cache, keys split across blocks, partials combined in the last block of each row/head).
+//
+// ---------------------------------------------------------------------------------------------
+// LAUNCH RECIPES (every integer argument is a 32-bit int unless marked long long)
+//
+// attention_prefill_f32      FFMA, fp32 throughout
+//     grid  (ceil(s_q / 64), H, 1)      block (256, 1, 1)
+//     dynamic shared memory ATTN_F32_SMEM_BYTES = 52,224 bytes: above 48 KB, so before the first
+//     launch: cudaFuncSetAttribute(attention_prefill_f32,
+//                                  cudaFuncAttributeMaxDynamicSharedMemorySize, 52224)
+// attention_prefill_tf32x3   tensor cores, mma.sync m16n8k8 TF32 with the 3-pass hi/lo split
+// attention_prefill_tf32     the same, 1 pass (TF32 accuracy, about 1e-3 relative)
+//     grid  (ceil(s_q / 64), H, 1)      block (128, 1, 1)
+//     dynamic shared memory ATTN_MMA_SMEM_BYTES = 69,632 bytes: cudaFuncSetAttribute as above with 69632
+//   all three take the same arguments:
+//     (const float* q, int q_stride, const float* k, const float* v, int kv_stride,
+//      float* out, int D, int s_q, int s_kv, int q_start, int causal)
+//     q:   [s_q, >= D]  row i at q + i * q_stride (head h at columns h*64 .. h*64+63)
+//     k,v: [s_kv, >= D] row j at k + j * kv_stride, v + j * kv_stride
+//     out: [s_q, D]     contiguous, must not overlap q, k, v
+//     query i sits at position q_start + i; causal != 0: it sees keys 0 .. q_start + i (and < s_kv);
+//     causal == 0: all s_kv keys.  Requirements: D = 64 * H; q, k, v 16-byte aligned; q_stride and
+//     kv_stride multiples of 4 and >= D; s_q, s_kv >= 1.
+//   solve() (LeetGPU block, no mask): q = qkv, k = qkv + D, v = qkv + 2 * D, q_stride = kv_stride = 3 * D,
+//     s_q = s_kv = seq_len, q_start = 0, causal = 0.
+//
+// attention_decode_f32       one query per row over the KV cache, split-K with in-kernel combine
+//     (const float* q, int q_stride, const float* k_cache, const float* v_cache,
+//      long long cache_batch_stride, const int* lengths, float* out, int D, int max_len, int chunk,
+//      float* part_acc, float* part_ml, int* counters)
+//     grid  (n_splits, H, B)   block (128, 1, 1)   no dynamic shared memory (static 5 KB)
+//     q: row b at q + b * q_stride; key t of row b at k_cache + b * cache_batch_stride + t * D (v likewise);
+//     lengths: [B] int32 on the device, 1 <= lengths[b] <= max_len (otherwise the row's output is NaN);
+//     out: [B, D] contiguous.  Split s covers keys [s * chunk, s * chunk + chunk);
+//     n_splits * chunk >= max_len, 1 <= chunk <= ATTN_DEC_MAX_CHUNK (256).
+//     part_acc: [B * H * n_splits * 64] floats, part_ml: [B * H * n_splits * 2] floats (scratch);
+//     counters: [B * H] int32, ZERO before the first launch; each launch leaves them zero again.
+//     With n_splits == 1 the scratch and counters are not touched (may be any pointers).
+//     The last block to finish for (b, h) combines the partials in split order: bit-exact run to run.
+// ---------------------------------------------------------------------------------------------
+#include "common.cuh"
+
+#define ATTN_LDS 68                       // shared row stride (floats) of a 64-wide tile: 16-byte rows, no bank conflicts
+#define ATTN_TILE_FLOATS (64 * ATTN_LDS)  // one 64 x 64 tile
+#define ATTN_F32_SMEM_BYTES (3 * ATTN_TILE_FLOATS * 4)   // Q, K (reused for P), V
+#define ATTN_MMA_SMEM_BYTES (4 * ATTN_TILE_FLOATS * 4)   // K and V, double-buffered
+#define ATTN_SCALE 0.125f                 // 1 / sqrt(64): a power of two, so pre-scaling q is exact
+#define ATTN_DEC_THREADS 128
+#define ATTN_DEC_MAX_CHUNK 256
+
+extern __shared__ __align__(16) float attn_smem[];  // dynamic shared memory of the prefill kernels
+
+__device__ __forceinline__ float attn_neg_inf() { return __int_as_float(0xff800000); }
+
+// exp(s - m) for the online softmax; m == -inf (nothing seen yet) uses 0 so that -inf - -inf never happens.
+__device__ __forceinline__ float attn_safe_max(float m) { return m == attn_neg_inf() ? 0.0f : m; }
+
+// ---- cp.async (sm_80+): 16-byte global -> shared copies; invalid rows are zero-filled ----
+__device__ __forceinline__ void attn_cp_async16(float* smem_dst, const float* gsrc, bool valid) {
+    unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gsrc), "r"(n) : "memory");
+}
+__device__ __forceinline__ void attn_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void attn_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// Copy rows [row0, row0 + 64) of a [rows, >= D] matrix (head columns col0 .. col0 + 63) into a
+// 64 x ATTN_LDS shared tile; rows >= n_rows become zeros (so 0-probability keys never meet garbage).
+template <int NTHREADS>
+__device__ __forceinline__ void attn_load_tile(float* tile, const float* __restrict__ src, int stride,
+                                               int row0, int n_rows, int col0) {
+#pragma unroll
+    for (int it = 0; it < 1024 / NTHREADS; ++it) {
+        const int idx = threadIdx.x + it * NTHREADS;  // 1024 chunks of 16 bytes
+        const int r = idx >> 4, c4 = (idx & 15) * 4;
+        const bool valid = row0 + r < n_rows;
+        const float* g = src + (size_t)(valid ? row0 + r : 0) * stride + col0 + c4;
+        attn_cp_async16(tile + r * ATTN_LDS + c4, g, valid);
+    }
+}
+
+// o[0..3] += p * v
+__device__ __forceinline__ void attn_axpy4(float (&o)[4], float p, float4 v) {
+    o[0] = fmaf(p, v.x, o[0]);
+    o[1] = fmaf(p, v.y, o[1]);
+    o[2] = fmaf(p, v.z, o[2]);
+    o[3] = fmaf(p, v.w, o[3]);
+}
+
+// Number of keys the query tile [q0, q0 + 64) of a block must visit.
+__device__ __forceinline__ int attn_keys_needed(int q0, int s_q, int s_kv, int q_start, int causal) {
+    if (!causal) return s_kv;
+    const int last_q = min(q0 + 64, s_q) - 1;
+    return min(s_kv, q_start + last_q + 1);
+}
+
+// =============================================================================================
+// attention_prefill_f32: 256 threads, a 64-query x 64-key tile per step.
+// Thread (ty = tid / 16, tx = tid % 16): query rows ty*4 .. ty*4+3; scores for keys tx + 16c
+// (c = 0..3); output dims tx*4 .. tx*4+3. A row's 16 threads are one half-warp.
+// =============================================================================================
+extern "C" __global__ void __launch_bounds__(256, 1)
+attention_prefill_f32(const float* __restrict__ q, int q_stride,    // q: [s_q, >= D]
+                      const float* __restrict__ k,                  // k: [s_kv, >= D]
+                      const float* __restrict__ v, int kv_stride,   // v: [s_kv, >= D]
+                      float* __restrict__ out,                      // out: [s_q, D]
+                      int D, int s_q, int s_kv, int q_start, int causal) {
+    float* Qs = attn_smem;                         // [64][ATTN_LDS], pre-scaled by 1/8
+    float* Ks = attn_smem + ATTN_TILE_FLOATS;      // [64][ATTN_LDS] keys, then P [64 rows][64 keys]
+    float* Vs = attn_smem + 2 * ATTN_TILE_FLOATS;  // [64][ATTN_LDS]
+
+    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int qt = gridDim.x - 1 - blockIdx.x;  // heavy (late) causal tiles first
+    const int q0 = qt * 64, h = blockIdx.y, col0 = h * 64;
+
+#pragma unroll
+    for (int it = 0; it < 4; ++it) {  // Q tile: 64 rows x 16 float4
+        const int idx = tid + it * 256, r = idx >> 4, c4 = (idx & 15) * 4;
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (q0 + r < s_q) x = *reinterpret_cast<const float4*>(q + (size_t)(q0 + r) * q_stride + col0 + c4);
+        x.x *= ATTN_SCALE; x.y *= ATTN_SCALE; x.z *= ATTN_SCALE; x.w *= ATTN_SCALE;
+        *reinterpret_cast<float4*>(Qs + r * ATTN_LDS + c4) = x;
+    }
+
+    float o[4][4], m[4], l[4];  // o[row][dim]; m: running max; l: this thread's partial row sum
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        m[r] = attn_neg_inf(); l[r] = 0.f;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[r][e] = 0.f;
+    }
+
+    const int n_keys = attn_keys_needed(q0, s_q, s_kv, q_start, causal);
+    for (int kt0 = 0; kt0 < n_keys; kt0 += 64) {
+        attn_load_tile<256>(Ks, k, kv_stride, kt0, s_kv, col0);
+        attn_load_tile<256>(Vs, v, kv_stride, kt0, s_kv, col0);
+        attn_cp_async_commit();
+        attn_cp_async_wait<0>();
+        __syncthreads();
+
+        float s[4][4];  // s[row][c]: query ty*4+row, key kt0 + tx + 16c
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) s[r][c] = 0.f;
+#pragma unroll 4
+        for (int d = 0; d < 64; d += 4) {
+            float4 qa[4], kb[4];
+#pragma unroll
+            for (int r = 0; r < 4; ++r) qa[r] = *reinterpret_cast<const float4*>(Qs + (ty * 4 + r) * ATTN_LDS + d);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) kb[c] = *reinterpret_cast<const float4*>(Ks + (tx + 16 * c) * ATTN_LDS + d);
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    float a = s[r][c];
+                    a = fmaf(qa[r].x, kb[c].x, a);
+                    a = fmaf(qa[r].y, kb[c].y, a);
+                    a = fmaf(qa[r].z, kb[c].z, a);
+                    a = fmaf(qa[r].w, kb[c].w, a);
+                    s[r][c] = a;
+                }
+        }
+
+        const bool edge = kt0 + 64 > s_kv || (causal && kt0 + 63 > q_start + q0);
+        if (edge) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const int key = kt0 + tx + 16 * c, qpos = q_start + q0 + ty * 4 + r;
+                    if (key >= s_kv || (causal && key > qpos)) s[r][c] = attn_neg_inf();
+                }
+        }
+        __syncthreads();  // every thread is done reading Ks: it becomes P
+
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            float mx = fmaxf(fmaxf(s[r][0], s[r][1]), fmaxf(s[r][2], s[r][3]));
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            const float m_new = fmaxf(m[r], mx), base = attn_safe_max(m_new);
+            const float alpha = expf(m[r] - base);
+            m[r] = m_new;
+            float sum = 0.f;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const float p = expf(s[r][c] - base);
+                sum += p;
+                Ks[(ty * 4 + r) * ATTN_LDS + tx + 16 * c] = p;
+            }
+            l[r] = l[r] * alpha + sum;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[r][e] *= alpha;
+        }
+        __syncthreads();
+
+#pragma unroll 4
+        for (int j = 0; j < 64; j += 4) {
+            float4 pa[4], vb[4];
+#pragma unroll
+            for (int r = 0; r < 4; ++r) pa[r] = *reinterpret_cast<const float4*>(Ks + (ty * 4 + r) * ATTN_LDS + j);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) vb[u] = *reinterpret_cast<const float4*>(Vs + (j + u) * ATTN_LDS + tx * 4);
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                attn_axpy4(o[r], pa[r].x, vb[0]);
+                attn_axpy4(o[r], pa[r].y, vb[1]);
+                attn_axpy4(o[r], pa[r].z, vb[2]);
+                attn_axpy4(o[r], pa[r].w, vb[3]);
+            }
+        }
+        __syncthreads();  // Ks / Vs are overwritten by the next tile
+    }
+
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        float lt = l[r];
+#pragma unroll
+        for (int off = 8; off > 0; off >>= 1) lt += __shfl_xor_sync(0xffffffffu, lt, off);
+        const int row = q0 + ty * 4 + r;
+        if (row < s_q) {
+            const float inv = 1.0f / lt;
+            float4 y = make_float4(o[r][0] * inv, o[r][1] * inv, o[r][2] * inv, o[r][3] * inv);
+            *reinterpret_cast<float4*>(out + (size_t)row * D + col0 + tx * 4) = y;
+        }
+    }
+}
+
+// =============================================================================================
+// Tensor-core prefill: mma.sync.m16n8k8 TF32, fp32 accumulate. 4 warps, warp w owns query rows
+// 16w .. 16w+15 of the block's 64; key tiles of 64 stream through double-buffered shared memory.
+// NPASS == 3: every operand x = hi + lo (hi = tf32(x), lo = tf32(x - hi)); a.b ~ a_lo b_hi + a_hi b_lo
+// + a_hi b_hi (the a_lo b_lo term is below fp32 rounding). NPASS == 1: plain TF32.
+// Fragments (g = lane / 4, t = lane % 4):  A 16x8: a0 (g, t) a1 (g+8, t) a2 (g, t+4) a3 (g+8, t+4);
+// B 8x8: b0 (k = t, n = g) b1 (k = t+4, n = g);  C 16x8: c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1).
+// P (in C layout after the softmax) is fed straight back as A with the keys of each 8-key step
+// permuted (logical k = t <-> key 2t, k = t+4 <-> key 2t+1); V's B fragment is read with the same
+// permutation, so the sum over keys is unchanged.
+// =============================================================================================
+__device__ __forceinline__ unsigned attn_tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ void attn_split(float x, unsigned& hi, unsigned& lo) {
+    hi = attn_tf32(x);
+    lo = attn_tf32(x - __uint_as_float(hi));
+}
+
+__device__ __forceinline__ void attn_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// c += a * b with a = (ah, al), b = (bh0/bl0, bh1/bl1), small terms first.
+template <int NPASS>
+__device__ __forceinline__ void attn_mma_split(float (&c)[4], const unsigned (&ah)[4], const unsigned (&al)[4],
+                                               float b0, float b1) {
+    if (NPASS == 3) {
+        unsigned bh0, bl0, bh1, bl1;
+        attn_split(b0, bh0, bl0);
+        attn_split(b1, bh1, bl1);
+        attn_mma(c, al, bh0, bh1);
+        attn_mma(c, ah, bl0, bl1);
+        attn_mma(c, ah, bh0, bh1);
+    } else {
+        attn_mma(c, ah, attn_tf32(b0), attn_tf32(b1));
+    }
+}
+
+template <int NPASS>
+__device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, int q_stride,
+                                                 const float* __restrict__ k, const float* __restrict__ v,
+                                                 int kv_stride, float* __restrict__ out, int D, int s_q, int s_kv,
+                                                 int q_start, int causal) {
+    // attn_smem: Ks[2], Vs[2], [64][ATTN_LDS] each
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int qt = gridDim.x - 1 - blockIdx.x;  // heavy (late) causal tiles first
+    const int q0 = qt * 64, h = blockIdx.y, col0 = h * 64;
+    const int r0 = q0 + warp * 16 + g, r1 = r0 + 8;  // this thread's two query rows
+
+    const int n_keys = attn_keys_needed(q0, s_q, s_kv, q_start, causal);
+    attn_load_tile<128>(attn_smem, k, kv_stride, 0, s_kv, col0);
+    attn_load_tile<128>(attn_smem + 2 * ATTN_TILE_FLOATS, v, kv_stride, 0, s_kv, col0);
+    attn_cp_async_commit();
+
+    // Q fragments (A operand, 8 k-steps over the 64 dims), scaled by 1/8, split hi / lo.
+    unsigned qh[8][4], ql[8][4];
+    {
+        const float* q0p = q + (size_t)min(r0, s_q - 1) * q_stride + col0;
+        const float* q1p = q + (size_t)min(r1, s_q - 1) * q_stride + col0;
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) {
+            const float x[4] = {q0p[8 * kk + t], q1p[8 * kk + t], q0p[8 * kk + t + 4], q1p[8 * kk + t + 4]};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                if (NPASS == 3) attn_split(x[e] * ATTN_SCALE, qh[kk][e], ql[kk][e]);
+                else { qh[kk][e] = attn_tf32(x[e] * ATTN_SCALE); ql[kk][e] = 0u; }
+            }
+        }
+    }
+
+    float o[8][4];  // output rows r0 (c0, c1) and r1 (c2, c3), dims 8j + 2t, 8j + 2t + 1
+    float m[2] = {attn_neg_inf(), attn_neg_inf()}, l[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[j][e] = 0.f;
+
+    const int n_tiles = (n_keys + 63) / 64;
+    for (int kt = 0; kt < n_tiles; ++kt) {
+        const int kt0 = kt * 64;
+        const float* Ks = attn_smem + (kt & 1) * ATTN_TILE_FLOATS;
+        const float* Vs = attn_smem + (2 + (kt & 1)) * ATTN_TILE_FLOATS;
+        if (kt + 1 < n_tiles) {
+            float* nb = attn_smem + ((kt + 1) & 1) * ATTN_TILE_FLOATS;
+            attn_load_tile<128>(nb, k, kv_stride, kt0 + 64, s_kv, col0);
+            attn_load_tile<128>(nb + 2 * ATTN_TILE_FLOATS, v, kv_stride, kt0 + 64, s_kv, col0);
+            attn_cp_async_commit();
+            attn_cp_async_wait<1>();
+        } else {
+            attn_cp_async_wait<0>();
+        }
+        __syncthreads();
+
+        // S = (Q / 8) K^T for 16 rows x 64 keys: s[j] covers keys kt0 + 8j .. 8j + 7.
+        float s[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+            const float* kr = Ks + (8 * j + g) * ATTN_LDS + t;
+#pragma unroll
+            for (int kk = 0; kk < 8; ++kk) attn_mma_split<NPASS>(s[j], qh[kk], ql[kk], kr[8 * kk], kr[8 * kk + 4]);
+        }
+
+        const bool edge = kt0 + 64 > s_kv || (causal && kt0 + 63 > q_start + q0);
+        if (edge) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int key = kt0 + 8 * j + 2 * t + (e & 1), qpos = q_start + (e < 2 ? r0 : r1);
+                    if (key >= s_kv || (causal && key > qpos)) s[j][e] = attn_neg_inf();
+                }
+        }
+
+        // Online softmax on rows r0 (half 0: e = 0, 1) and r1 (half 1: e = 2, 3); a row lives in a quad.
+        float alpha[2];
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            float mx = attn_neg_inf();
+#pragma unroll
+            for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * hf], s[j][2 * hf + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m[hf], mx), base = attn_safe_max(m_new);
+            alpha[hf] = expf(m[hf] - base);
+            m[hf] = m_new;
+            float sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                s[j][2 * hf] = expf(s[j][2 * hf] - base);
+                s[j][2 * hf + 1] = expf(s[j][2 * hf + 1] - base);
+                sum += s[j][2 * hf] + s[j][2 * hf + 1];
+            }
+            l[hf] = l[hf] * alpha[hf] + sum;
+        }
+
+        // O_tile = P V over this tile's 64 keys (a fresh accumulator: the tensor cores sum at most
+        // 64 keys, the running O is updated in fp32 FMA: o = o * alpha + O_tile).
+        float ot[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) ot[j][0] = ot[j][1] = ot[j][2] = ot[j][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) {
+            unsigned ph[4], pl[4];
+            const float pa[4] = {s[kk][0], s[kk][2], s[kk][1], s[kk][3]};  // keys 2t (a0, a1), 2t+1 (a2, a3)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                if (NPASS == 3) attn_split(pa[e], ph[e], pl[e]);
+                else { ph[e] = attn_tf32(pa[e]); pl[e] = 0u; }
+            }
+            const float* vr = Vs + (8 * kk + 2 * t) * ATTN_LDS + g;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) attn_mma_split<NPASS>(ot[j], ph, pl, vr[8 * j], vr[ATTN_LDS + 8 * j]);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            o[j][0] = fmaf(o[j][0], alpha[0], ot[j][0]);
+            o[j][1] = fmaf(o[j][1], alpha[0], ot[j][1]);
+            o[j][2] = fmaf(o[j][2], alpha[1], ot[j][2]);
+            o[j][3] = fmaf(o[j][3], alpha[1], ot[j][3]);
+        }
+        __syncthreads();  // this buffer is refilled two tiles later
+    }
+
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        float lt = l[hf];
+        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+        const int row = hf ? r1 : r0;
+        if (row < s_q) {
+            const float inv = 1.0f / lt;
+            float* orow = out + (size_t)row * D + col0 + 2 * t;
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                *reinterpret_cast<float2*>(orow + 8 * j) = make_float2(o[j][2 * hf] * inv, o[j][2 * hf + 1] * inv);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_prefill_tf32x3(const float* __restrict__ q, int q_stride,   // q: [s_q, >= D]
+                         const float* __restrict__ k,                 // k: [s_kv, >= D]
+                         const float* __restrict__ v, int kv_stride,  // v: [s_kv, >= D]
+                         float* __restrict__ out,                     // out: [s_q, D]
+                         int D, int s_q, int s_kv, int q_start, int causal) {
+    attn_prefill_mma<3>(q, q_stride, k, v, kv_stride, out, D, s_q, s_kv, q_start, causal);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_prefill_tf32(const float* __restrict__ q, int q_stride,   // q: [s_q, >= D]
+                       const float* __restrict__ k,                 // k: [s_kv, >= D]
+                       const float* __restrict__ v, int kv_stride,  // v: [s_kv, >= D]
+                       float* __restrict__ out,                     // out: [s_q, D]
+                       int D, int s_q, int s_kv, int q_start, int causal) {
+    attn_prefill_mma<1>(q, q_stride, k, v, kv_stride, out, D, s_q, s_kv, q_start, causal);
+}
+
+// =============================================================================================
+// attention_decode_f32: block (split s, head h, row b), 128 threads. Keys of the split are scored
+// by 8 groups of 16 lanes (a float4 of the 64 dims per lane), softmaxed within the split, and
+// summed against V by the same 8 groups; the 8 group sums are added in a fixed order. The partial
+// (max m, sum l, unnormalised acc[64]) goes to scratch; the last block of (b, h) to arrive
+// (an integer ticket, no float atomics) combines all splits in split order.
+// =============================================================================================
+extern "C" __global__ void __launch_bounds__(ATTN_DEC_THREADS)
+attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B, >= D]
+                     const float* __restrict__ k_cache,                 // key t of row b at b * cbs + t * D
+                     const float* __restrict__ v_cache,                 // value likewise
+                     long long cache_batch_stride,                      // cbs, in floats
+                     const int* __restrict__ lengths,                   // [B]
+                     float* __restrict__ out,                           // [B, D]
+                     int D, int max_len, int chunk,
+                     float* __restrict__ part_acc,                      // [B, H, n_splits, 64]
+                     float* __restrict__ part_ml,                       // [B, H, n_splits, 2]
+                     int* __restrict__ counters) {                      // [B, H]
+    __shared__ __align__(16) float sc[ATTN_DEC_MAX_CHUNK];   // scores, then probabilities
+    __shared__ __align__(16) float red[8][64];               // per-group partial sums of P V
+    __shared__ float stat[ATTN_DEC_THREADS / 32];
+    __shared__ int is_last;
+
+    const int tid = threadIdx.x, lane16 = tid & 15, grp = tid >> 4;
+    const int split = blockIdx.x, n_splits = gridDim.x, h = blockIdx.y, b = blockIdx.z, H = gridDim.y;
+    const int len = lengths[b];
+    const bool bad = len < 1 || len > max_len;
+    const int k0 = split * chunk, k1 = bad ? k0 : min(len, k0 + chunk);
+    const int n = max(k1 - k0, 0);
+
+    const size_t row_off = (size_t)b * (size_t)cache_batch_stride + (size_t)h * 64 + lane16 * 4;
+    float4 qv = *reinterpret_cast<const float4*>(q + (size_t)b * q_stride + h * 64 + lane16 * 4);
+    qv.x *= ATTN_SCALE; qv.y *= ATTN_SCALE; qv.z *= ATTN_SCALE; qv.w *= ATTN_SCALE;
+
+    // scores
+#pragma unroll 4
+    for (int i = grp; i < n; i += 8) {
+        const float4 kv = *reinterpret_cast<const float4*>(k_cache + row_off + (size_t)(k0 + i) * D);
+        float d = qv.x * kv.x;
+        d = fmaf(qv.y, kv.y, d);
+        d = fmaf(qv.z, kv.z, d);
+        d = fmaf(qv.w, kv.w, d);
+#pragma unroll
+        for (int off = 8; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
+        if (lane16 == 0) sc[i] = d;
+    }
+    __syncthreads();
+
+    // split max and probabilities
+    float mx = attn_neg_inf();
+    for (int i = tid; i < n; i += ATTN_DEC_THREADS) mx = fmaxf(mx, sc[i]);
+    mx = warp_max(mx);
+    if ((tid & 31) == 0) stat[tid >> 5] = mx;
+    __syncthreads();
+    mx = fmaxf(fmaxf(stat[0], stat[1]), fmaxf(stat[2], stat[3]));
+    const float base = attn_safe_max(mx);
+    float sum = 0.f;
+    for (int i = tid; i < n; i += ATTN_DEC_THREADS) {
+        const float p = expf(sc[i] - base);
+        sc[i] = p;
+        sum += p;
+    }
+    sum = block_sum(sum, red[0]);  // red[0] as 32-float scratch; block_sum syncs before returning values
+    __syncthreads();                // sc (probabilities) visible to all, red free again
+
+    // P V: group grp takes keys grp, grp + 8, ...; lane16 owns dims 4*lane16 .. +3
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+    for (int i = grp; i < n; i += 8) {
+        const float p = sc[i];
+        const float4 vv = *reinterpret_cast<const float4*>(v_cache + row_off + (size_t)(k0 + i) * D);
+        acc.x = fmaf(p, vv.x, acc.x);
+        acc.y = fmaf(p, vv.y, acc.y);
+        acc.z = fmaf(p, vv.z, acc.z);
+        acc.w = fmaf(p, vv.w, acc.w);
+    }
+    *reinterpret_cast<float4*>(&red[grp][lane16 * 4]) = acc;
+    __syncthreads();
+    float a = 0.f;
+    if (tid < 64) {
+#pragma unroll
+        for (int gi = 0; gi < 8; ++gi) a += red[gi][tid];
+    }
+
+    float* orow = out + (size_t)b * D + h * 64;
+    if (n_splits == 1) {
+        if (tid < 64) orow[tid] = bad ? __int_as_float(0x7fc00000) : a / sum;
+        return;
+    }
+
+    const size_t pidx = ((size_t)b * H + h) * n_splits + split;
+    if (tid < 64) part_acc[pidx * 64 + tid] = a;
+    if (tid == 0) {
+        part_ml[pidx * 2] = mx;
+        part_ml[pidx * 2 + 1] = sum;
+    }
+    __threadfence();  // partials visible device-wide before the ticket is taken
+    __syncthreads();
+    if (tid == 0) {
+        const int ticket = atomicAdd(&counters[b * H + h], 1);
+        is_last = ticket == n_splits - 1;
+        if (is_last) counters[b * H + h] = 0;  // ready for the next launch
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+
+    if (tid < 64) {
+        const size_t p0 = ((size_t)b * H + h) * n_splits;
+        float M = attn_neg_inf();
+        for (int s = 0; s < n_splits; ++s) M = fmaxf(M, __ldcg(part_ml + (p0 + s) * 2));
+        const float Mb = attn_safe_max(M);
+        float L = 0.f, A = 0.f;
+        for (int s = 0; s < n_splits; ++s) {
+            const float w = expf(__ldcg(part_ml + (p0 + s) * 2) - Mb);
+            L = fmaf(__ldcg(part_ml + (p0 + s) * 2 + 1), w, L);
+            A = fmaf(__ldcg(part_acc + (p0 + s) * 64 + tid), w, A);
+        }
+        orow[tid] = bad ? __int_as_float(0x7fc00000) : A / L;
+    }
+}
