@@ -94,3 +94,28 @@ def block_layout(d: int) -> BlockLayout:
 def block_numel(d: int) -> int:
     """Floats in one block: 12 D^2 + 13 D (7,087,872 for D = 768)."""
     return block_layout(d).numel
+
+
+def cuda_header(d: int = 768) -> str:
+    """kernels/layout.cuh: the block offsets for width d as C macros, generated from this module.
+
+    The header is committed so that kernels/solve.cu compiles alone; a test checks that it
+    equals this function's output, so layout.py stays the one owner of the offsets.
+    Regenerate with: python -m gpt2block.layout > kernels/layout.cuh
+    """
+    lay = block_layout(d)
+    lines = [
+        "// layout.cuh: offsets (in floats) of one GPT-2 block in its flat buffer, for the solve() export.",
+        "// GENERATED from gpt2block/layout.py (python -m gpt2block.layout > kernels/layout.cuh); do not edit.",
+        "#pragma once",
+        "",
+        f"#define BLOCK_D {d}",
+    ]
+    for s in lay.slots:
+        lines.append(f"#define O_{s.name.upper()} {s.offset}  // {' x '.join(map(str, s.shape))}")
+    lines.append(f"#define BLOCK_NUMEL {lay.numel}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(cuda_header(), end="")

@@ -21,8 +21,16 @@ def _nvcc(args, cwd):
 
 
 def test_kernel_sources_present():
-    for must in ("common.cuh", "layernorm.cu", "gemm.cu", "attention.cu", "solve.cu"):
+    for must in ("common.cuh", "layout.cuh", "layernorm.cu", "gemm.cu", "gemv.cu", "attention.cu", "solve.cu"):
         assert (kernels_dir() / must).is_file(), must
+
+
+def test_layout_header_is_generated_from_layout_py():
+    from gpt2block.layout import cuda_header
+
+    assert (kernels_dir() / "layout.cuh").read_text() == cuda_header(), (
+        "kernels/layout.cuh is stale: python -m gpt2block.layout > kernels/layout.cuh"
+    )
 
 
 @needs_nvcc
