@@ -361,9 +361,9 @@ def packed_shapes(config: GPT2Config) -> dict[str, tuple[int, ...]]:
 
 def _packed_config(f: SafetensorsFile) -> GPT2Config:
     fmt = f.metadata.get("format")
-    if fmt is None:
-        raise CheckpointError(f"{f.path}: not a gpt2block packed file (no 'format' in its metadata); "
-                              "a Hugging Face checkpoint is loaded from its directory")
+    if not isinstance(fmt, str) or not fmt.startswith("gpt2block-packed-"):
+        raise CheckpointError(f"{f.path}: not a gpt2block packed file (its metadata format is {fmt!r}); "
+                              f"a Hugging Face checkpoint is loaded from its directory ({f.path.parent})")
     if fmt != PACKED_FORMAT:
         raise CheckpointError(f"{f.path}: packed format {fmt!r}; this gpt2block reads {PACKED_FORMAT!r}")
     try:
