@@ -75,7 +75,7 @@ def _warn(message: str) -> None:
 
 
 def check_generation_args(prompts, max_new_tokens, num_samples, stop) -> None:
-    if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
+    if not all(isinstance(p, str) for p in prompts):
         raise ValueError("prompts must be a list of str")
     if len(prompts) == 0:
         raise ValueError("no prompts given")
@@ -176,6 +176,8 @@ def generate(
     the same seed, prompts and options give the same ids. Greedy (temperature 0)
     draws nothing. ``log`` receives the warnings (default: warnings.warn).
     """
+    if isinstance(prompts, str) or isinstance(stop, str):
+        raise ValueError("prompts and stop must be lists of str, not a single str")
     prompts, stop = list(prompts), list(stop)
     check_generation_args(prompts, max_new_tokens, num_samples, stop)
     n_ctx, eot = runner.config.n_ctx, tokenizer.eot_id

@@ -1,0 +1,247 @@
+"""The generation loop on the NumPy runner: greedy equals full recomputation, seeds repeat,
+stop strings (streamed and multi-token), <|endoftext|>, empty and too-long prompts, a full context."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpt2block.backends import make_runner
+from gpt2block.backends.base import Cache, Runner
+from gpt2block.checkpoint import load_model
+from gpt2block.config import GPT2Config
+from gpt2block.generate import GenerationWarning, RowText, generate
+from gpt2block.sampler import SamplingParams
+from gpt2block.tokenizer import Tokenizer
+
+GREEDY = SamplingParams(temperature=0)
+SAMPLED = SamplingParams(temperature=1.0, top_k=40, top_p=0.95)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_ckpt):
+    loaded = load_model(tiny_ckpt.path)
+    return make_runner(loaded.weights, "numpy"), loaded.tokenizer
+
+
+def collect():
+    pieces = {}
+    return pieces, lambda row, text: pieces.setdefault(row, []).append(text)
+
+
+def test_greedy_equals_argmax_of_full_recomputation(tiny):
+    runner, tok = tiny
+    prompt = "The engine keeps each block"
+    (res,) = generate(runner, tok, [prompt], max_new_tokens=16, params=GREEDY)
+    seq = list(res.prompt_ids)
+    ids = res.token_ids + ([tok.eot_id] if res.stop_reason == "eot" else [])
+    for t in ids:
+        assert int(np.argmax(runner.forward(seq)[-1])) == t
+        seq.append(t)
+    assert res.stop_reason in ("eot", "length")
+    assert res.text == tok.decode(res.token_ids)
+
+
+def test_greedy_with_a_penalty_takes_the_sampling_path_and_still_matches(tiny):
+    runner, tok = tiny
+    params = SamplingParams(temperature=0, repetition_penalty=1.3)
+    (res,) = generate(runner, tok, ["Tokens become vectors"], max_new_tokens=10, params=params)
+    seq = list(res.prompt_ids)
+    for t in res.token_ids:
+        z = runner.forward(seq)[-1].copy()
+        seen = np.unique(seq)
+        z[seen] = np.where(z[seen] > 0, z[seen] / 1.3, z[seen] * 1.3)
+        assert int(np.argmax(z)) == t
+        seq.append(t)
+
+
+def test_same_seed_repeats_exactly_and_another_seed_differs(tiny):
+    runner, tok = tiny
+    run = lambda seed: [r.token_ids for r in generate(runner, tok, ["A language model"], 24, SAMPLED, seed=seed,
+                                                     num_samples=2)]
+    a, b, c = run(11), run(11), run(12)
+    assert a == b
+    assert a != c
+
+
+def test_rows_of_a_batch_equal_running_each_alone(tiny):
+    runner, tok = tiny
+    prompts = ["Quick brown foxes", "Numbers like 1024 appear in", "When the weather is cold the river"]
+    together = generate(runner, tok, prompts, 12, GREEDY)
+    for p, r in zip(prompts, together):
+        (alone,) = generate(runner, tok, [p], 12, GREEDY)
+        assert r.token_ids == alone.token_ids and r.prompt == p
+
+
+def test_num_samples_rows_are_prompt_major(tiny):
+    runner, tok = tiny
+    res = generate(runner, tok, ["first", "second"], 5, SAMPLED, seed=3, num_samples=3)
+    assert [(r.prompt, r.sample) for r in res] == [("first", 0), ("first", 1), ("first", 2),
+                                                   ("second", 0), ("second", 1), ("second", 2)]
+    assert len({tuple(r.token_ids) for r in res[:3]}) > 1  # the samples of one prompt differ
+    assert res[0].timing is res[5].timing and res[0].timing.new_tokens == sum(r.new_tokens for r in res)
+
+
+def test_streamed_text_equals_the_result(tiny):
+    runner, tok = tiny
+    pieces, on_token = collect()
+    res = generate(runner, tok, ["The cache remembers", "Sampling picks"], 20, SAMPLED, seed=5, on_token=on_token)
+    for b, r in enumerate(res):
+        assert "".join(pieces.get(b, [])) == r.text
+
+
+def test_a_multi_token_stop_string_cuts_the_text_and_is_never_streamed(tiny):
+    runner, tok = tiny
+    prompt = "Every backend reads"
+    (free,) = generate(runner, tok, [prompt], 30, GREEDY)
+    # a stop string spanning tokens 3..6 of the free run
+    start = len(tok.decode(free.token_ids[:3]))
+    stop = tok.decode(free.token_ids[:6])[start:]
+    assert len(free.token_ids) >= 6 and stop  # the stop string is made of 3 generated tokens
+    pieces, on_token = collect()
+    (res,) = generate(runner, tok, [prompt], 30, GREEDY, stop=[stop, "never-appears-zzz"], on_token=on_token)
+    cut = free.text.find(stop)
+    assert res.stop_reason == "stop" and res.stop_string == stop
+    assert res.text == free.text[:cut]
+    assert "".join(pieces.get(0, [])) == res.text
+    assert res.token_ids == free.token_ids[:len(res.token_ids)]
+
+
+def test_empty_prompt_starts_from_endoftext(tiny):
+    runner, tok = tiny
+    (res,) = generate(runner, tok, [""], 4, GREEDY)
+    assert res.prompt_ids == [tok.eot_id]
+    assert int(np.argmax(runner.forward([tok.eot_id])[-1])) == (res.token_ids or [tok.eot_id])[0]
+
+
+def test_too_long_prompt_keeps_its_last_tokens_with_a_warning(tiny):
+    runner, tok = tiny
+    n_ctx = runner.config.n_ctx
+    text = "Quick brown foxes jump over lazy dogs. " * 20
+    ids = tok.encode(text)
+    assert len(ids) > n_ctx
+    with pytest.warns(GenerationWarning, match=f"keeping its last {n_ctx - 1} tokens"):
+        (res,) = generate(runner, tok, [text], 5, GREEDY)
+    assert res.prompt_ids == ids[-(n_ctx - 1):]
+
+
+# ---- a scripted runner: each row's logits point at a chosen next token (exercises the loop alone)
+
+class ScriptedRunner(Runner):
+    backend, precision = "scripted", "fp32"
+
+    def __init__(self, vocab, n_ctx, scripts):
+        self.config = GPT2Config(n_layer=1, n_embd=64, n_head=1, n_positions=n_ctx, vocab_size=vocab)
+        self.scripts = scripts  # row -> list of tokens it "predicts", in order
+        self.fed = {}  # row -> tokens fed after the prompt
+
+    def new_cache(self, batch):
+        return Cache(batch, self.config.n_ctx)
+
+    def _next(self, row):
+        script = self.scripts[row]
+        step = len(self.fed[row])
+        z = np.zeros(self.config.vocab_size, np.float32)
+        z[script[min(step, len(script) - 1)]] = 10.0
+        return z
+
+    def prefill(self, cache, row, ids, all_logits=False):
+        cache.check_room(row, len(ids))
+        cache.pos[row] += len(ids)
+        self.fed[row] = []
+        return self._next(row)
+
+    def decode(self, cache, tokens):
+        out = []
+        for b, t in enumerate(tokens):
+            cache.check_room(b, 1)
+            cache.pos[b] += 1
+            self.fed[b].append(int(t))
+            out.append(self._next(b))
+        return np.stack(out)
+
+
+@pytest.fixture(scope="module")
+def small_tok(tiny_ckpt):
+    return Tokenizer.from_dir(tiny_ckpt.path)
+
+
+def test_endoftext_stops_a_row_and_finished_rows_keep_no_output(small_tok):
+    tok = small_tok
+    a, b = tok.encode(" model"), tok.encode(" the engine reads the same offsets")
+    runner = ScriptedRunner(tok.vocab_size, 64, {0: a + [tok.eot_id] + b, 1: b})
+    res = generate(runner, tok, ["x", "y"], max_new_tokens=len(b), params=GREEDY)
+    assert res[0].stop_reason == "eot" and res[0].token_ids == a and res[0].text == tok.decode(a)
+    assert res[1].stop_reason == "length" and res[1].token_ids == b
+    assert all(t == tok.eot_id for t in runner.fed[0][len(a):])  # after eot, row 0 is only fed eot
+
+
+def test_context_full_stops_cleanly_and_the_other_rows_go_on(small_tok):
+    tok = small_tok
+    n_ctx = 16
+    long_prompt = tok.encode("Quick brown foxes jump over lazy dogs; seven wizards quietly judge")[: n_ctx - 2]
+    assert len(long_prompt) == n_ctx - 2
+    filler = tok.encode(" warm bread")
+    script = (filler * 40)[:30]
+    runner = ScriptedRunner(tok.vocab_size, n_ctx, {0: script, 1: script})
+    messages = []
+    res = generate(runner, tok, [tok.decode(long_prompt), "a"], max_new_tokens=12, params=GREEDY,
+                   log=messages.append)
+    assert res[0].prompt_ids == long_prompt
+    assert res[0].stop_reason == "context" and len(res[0].token_ids) == 2  # prompt + generated = n_ctx
+    assert any("filled the context of 16" in m for m in messages)
+    assert res[1].stop_reason == "length" and res[1].token_ids == script[:12]  # went on past row 0's stop
+
+
+def test_context_full_with_the_numpy_runner(tiny):
+    runner, tok = tiny
+    n_ctx = runner.config.n_ctx
+    text = "Numbers like 1024, 768, 50257 and 3.14159 appear in configuration files. " * 4
+    ids = tok.encode(text)[: n_ctx - 3]
+    with pytest.warns(GenerationWarning, match="filled the context"):
+        res = generate(runner, tok, [tok.decode(ids), "Twelve"], 10, SamplingParams(temperature=0.8), seed=2)
+    assert res[0].stop_reason in ("context", "eot")
+    assert len(res[0].prompt_ids) + len(res[0].token_ids) <= n_ctx
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"prompts": "not a list"}, "lists of str"),
+    ({"prompts": [1]}, "list of str"),
+    ({"prompts": []}, "no prompts"),
+    ({"max_new_tokens": 0}, "max_new_tokens"),
+    ({"num_samples": 0}, "num_samples"),
+    ({"stop": [""]}, "stop string"),
+])
+def test_bad_arguments(tiny, kwargs, match):
+    runner, tok = tiny
+    args = {"prompts": ["x"], "max_new_tokens": 2, "num_samples": 1, "stop": ()} | kwargs
+    with pytest.raises(ValueError, match=match):
+        generate(runner, tok, args["prompts"], args["max_new_tokens"], GREEDY, stop=args["stop"],
+                 num_samples=args["num_samples"])
+
+
+# ---- the stop-string streamer, property-tested on the small tokenizer
+
+WORDS = ["the", " engine", " reads", " same", " offsets", "é", "ü", " 1024", ",", ".", "\n", " bread", "🙂"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(WORDS), min_size=1, max_size=12), st.data())
+def test_streamer_releases_exactly_the_text_before_the_first_stop(small_tok, words, data):
+    text = "".join(words)
+    ids = small_tok.encode(text)
+    a = data.draw(st.integers(0, len(text) - 1))
+    b = data.draw(st.integers(a + 1, min(len(text), a + 8)))
+    stops = [text[a:b], data.draw(st.sampled_from(["zzz", "qq", "\t"]))]
+    rt = RowText(small_tok, stops)
+    out = []
+    for t in ids:
+        out.append(rt.push(t))
+        if rt.stop_string is not None:
+            break
+    if rt.stop_string is None:
+        out.append(rt.finish())
+    full = small_tok.decode(ids)
+    first = min(i for i in (full.find(s) for s in stops) if i >= 0)
+    assert "".join(out) == full[:first] == rt.text
+    assert rt.stop_string is not None
