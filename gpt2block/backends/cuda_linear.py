@@ -1,0 +1,386 @@
+"""Launching the matrix kernels: GEMM (kernels/gemm.cu) for prefill and solve, GEMV
+(kernels/gemv.cu) for decode, and the choice between them (``linear``).
+
+All arguments are CuPy arrays on the current device, C-contiguous (views are fine). Every
+function checks shapes, dtypes, contiguity and aliasing and raises ValueError naming the
+argument before anything is launched. Nothing here synchronizes the stream.
+
+    gemm(a, b, bias, out)      out[M,N] = epi(a[M,K] @ b[K,N] + bias[N])     tensor cores / SIMT
+    gemm_nt(a, b, out)         out[M,N] = a[M,K] @ b[N,K]^T                  tied LM head
+    gemv(x, w, bias, out)      the same as gemm for M <= GEMV_MAX_M; w float32 or bf16 bits
+    gemv_nt(x, w, out)         the same as gemm_nt for M <= GEMV_MAX_M
+    linear / linear_nt         pick gemv or gemm from M and the weights' dtype
+
+Variants of the GEMM arithmetic (VARIANTS): ``tf32x3`` (3-pass split TF32, fp32-level
+accuracy: the fp32 precision mode), ``tf32`` (one TF32 pass), ``f32`` (plain FFMA baseline).
+GEMV always accumulates in float32 with FFMA, whatever the weights' storage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cupy as cp
+import numpy as np
+
+from .cuda_modules import kernel, launch
+
+VARIANTS = ("f32", "tf32x3", "tf32")
+EPILOGUES = ("bias", "bias_gelu", "bias_residual")
+GEMV_MAX_M = 8  # = GEMV_MAX_M in kernels/gemv.cu
+
+# ---------------------------------------------------------------------------------------------
+# GEMM tiles. The .cu reads these through its GEMM_* defines; smem_bytes mirrors GEMM_SMEM_BYTES.
+
+_GEMM_BK, _GEMM_STAGES = 32, 3  # GEMM_BK, GEMM_STAGES in kernels/gemm.cu
+_GEMM_F32_TILE, _GEMM_F32_THREADS = 64, 256  # GEMM_F32_BM/BN and block size of the SIMT kernels
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A tensor-core block tile: bm x bn outputs, warps_m x warps_n warps."""
+
+    bm: int
+    bn: int
+    warps_m: int
+    warps_n: int
+    per_sm: int  # blocks resident per SM (from the kernels' registers and shared memory)
+    speed: float  # relative throughput per SM (a bigger warp tile reuses operands more)
+
+    @property
+    def threads(self) -> int:
+        return self.warps_m * self.warps_n * 32
+
+    @property
+    def smem_bytes(self) -> int:
+        ldk, ldn = _GEMM_BK + 4, self.bn + 8
+        b = max(_GEMM_BK * ldn, self.bn * ldk)
+        return _GEMM_STAGES * (self.bm * ldk + b) * 4
+
+    @property
+    def defines(self) -> tuple:
+        return (("GEMM_BM", self.bm), ("GEMM_BN", self.bn),
+                ("GEMM_WARPS_M", self.warps_m), ("GEMM_WARPS_N", self.warps_n))
+
+
+TILES = (
+    Tile(128, 128, 2, 4, per_sm=1, speed=1.0),  # warp tile 64 x 32, ~166 registers (tf32x3)
+    Tile(128, 64, 4, 2, per_sm=2, speed=0.9),  # warp tile 32 x 32, ~113 registers
+    Tile(64, 64, 2, 2, per_sm=3, speed=0.8),  # warp tile 32 x 32, 128 threads
+)
+_VARIANT_DEFINES = {
+    "f32": (("GEMM_WITH_F32", 1), ("GEMM_WITH_TF32", 0), ("GEMM_WITH_TF32X3", 0)),
+    "tf32": (("GEMM_WITH_F32", 0), ("GEMM_WITH_TF32", 1), ("GEMM_WITH_TF32X3", 0)),
+    "tf32x3": (("GEMM_WITH_F32", 0), ("GEMM_WITH_TF32", 0), ("GEMM_WITH_TF32X3", 1)),
+}
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _sm_count() -> int:
+    return cp.cuda.Device().attributes["MultiProcessorCount"]
+
+
+def pick_tile(m: int, n: int, sms: int | None = None) -> Tile:
+    """The tile with the least estimated time: whole waves of blocks, each wave's length
+    proportional to the work an SM does in it."""
+    sms = _sm_count() if sms is None else sms
+
+    def cost(t: Tile) -> float:
+        blocks = -(-m // t.bm) * -(-n // t.bn)
+        waves = -(-blocks // (sms * t.per_sm))
+        return waves * t.bm * t.bn * t.per_sm / t.speed
+
+    return min(TILES, key=cost)
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument checks.
+
+_NULL = np.uint64(0)  # a null pointer argument
+
+
+def _check_array(arr, name: str, ndim: int, dtypes=(np.float32,)):
+    if not isinstance(arr, cp.ndarray):
+        raise ValueError(f"{name} must be a cupy.ndarray, got {type(arr).__name__}")
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}")
+    if arr.dtype not in [np.dtype(d) for d in dtypes]:
+        want = " or ".join(np.dtype(d).name for d in dtypes)
+        raise ValueError(f"{name} must be {want}, got {arr.dtype}")
+    if not arr.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (strides {arr.strides})")
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty (shape {arr.shape})")
+    if arr.device.id != cp.cuda.Device().id:
+        raise ValueError(f"{name} is on device {arr.device.id}, not the current device {cp.cuda.Device().id}")
+
+
+def _check_shape(arr, name: str, shape: tuple):
+    if tuple(arr.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(arr.shape)}")
+
+
+def _overlap(x, y) -> bool:
+    xa, ya = x.data.ptr, y.data.ptr
+    return xa < ya + y.nbytes and ya < xa + x.nbytes
+
+
+def _check_out(out, name: str, inputs: dict, residual=None):
+    """out may not overlap any input, except that it may be exactly ``residual``."""
+    for n, arr in inputs.items():
+        if arr is not None and _overlap(out, arr):
+            raise ValueError(f"{name} overlaps {n}; the output must be a separate buffer")
+    if residual is not None and _overlap(out, residual):
+        if out.data.ptr != residual.data.ptr or out.shape != residual.shape:
+            raise ValueError(f"{name} partially overlaps residual; it must be the same buffer or a separate one")
+
+
+def _check_epilogue(epilogue: str, residual, shape: tuple):
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"epilogue must be one of {', '.join(EPILOGUES)}, got {epilogue!r}")
+    if epilogue == "bias_residual":
+        if residual is None:
+            raise ValueError("residual is required by epilogue 'bias_residual'")
+        _check_array(residual, "residual", 2)
+        _check_shape(residual, "residual", shape)
+    elif residual is not None:
+        raise ValueError(f"residual is only used by epilogue 'bias_residual', not {epilogue!r}")
+
+
+def _check_variant(variant: str):
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+
+
+def _i32(v: int, name: str) -> np.int32:
+    if not 0 < v < 2**31:
+        raise ValueError(f"{name} = {v} is outside the kernels' int range")
+    return np.int32(v)
+
+
+# ---------------------------------------------------------------------------------------------
+# GEMM.
+
+
+def _launch_gemm(variant, suffix, a, b, bias, residual, out, m, n, k, stream):
+    args = (a, b, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
+            _i32(m, "M"), _i32(n, "N"), _i32(k, "K"))
+    name = f"gemm_{variant}_{suffix}"
+    if variant == "f32":
+        fn = kernel("gemm", name, _VARIANT_DEFINES["f32"])
+        grid = (-(-m // _GEMM_F32_TILE), -(-n // _GEMM_F32_TILE), 1)
+        launch(fn, grid, (_GEMM_F32_THREADS, 1, 1), args, 0, stream)
+        return
+    tile = pick_tile(m, n)
+    fn = kernel("gemm", name, tile.defines + _VARIANT_DEFINES[variant])
+    grid = (-(-m // tile.bm), -(-n // tile.bn), 1)
+    if grid[1] > 65535:
+        raise ValueError(f"N = {n} needs {grid[1]} column tiles, more than a grid's 65535")
+    launch(fn, grid, (tile.threads, 1, 1), args, tile.smem_bytes, stream)
+
+
+def gemm(a, b, bias, out, *, epilogue="bias", residual=None, variant="tf32x3", stream=None):
+    """out[M,N] = epi(a[M,K] @ b[K,N] + bias[N]); epi: bias | bias_gelu | bias_residual
+    (out = residual + a @ b + bias; residual may be ``out`` itself)."""
+    _check_variant(variant)
+    _check_array(a, "a", 2)
+    _check_array(b, "b", 2)
+    m, k = a.shape
+    if b.shape[0] != k:
+        raise ValueError(f"b must have {k} rows (a is {tuple(a.shape)}), got shape {tuple(b.shape)}")
+    n = b.shape[1]
+    _check_array(bias, "bias", 1)
+    _check_shape(bias, "bias", (n,))
+    _check_array(out, "out", 2)
+    _check_shape(out, "out", (m, n))
+    _check_epilogue(epilogue, residual, (m, n))
+    _check_out(out, "out", {"a": a, "b": b, "bias": bias}, residual)
+    _launch_gemm(variant, epilogue, a, b, bias, residual, out, m, n, k, stream)
+
+
+def gemm_nt(a, b, out, *, variant="tf32x3", stream=None):
+    """out[M,N] = a[M,K] @ b[N,K]^T (the tied LM head: b = wte [V, D])."""
+    _check_variant(variant)
+    _check_array(a, "a", 2)
+    _check_array(b, "b", 2)
+    m, k = a.shape
+    if b.shape[1] != k:
+        raise ValueError(f"b must have {k} columns (a is {tuple(a.shape)}), got shape {tuple(b.shape)}")
+    n = b.shape[0]
+    _check_array(out, "out", 2)
+    _check_shape(out, "out", (m, n))
+    _check_out(out, "out", {"a": a, "b": b})
+    _launch_gemm(variant, "nt", a, b, None, None, out, m, n, k, stream)
+
+
+# ---------------------------------------------------------------------------------------------
+# GEMV.
+
+_GEMV_THREADS, _GEMV_RPP, _GEMV_UNROLL, _GEMV_TPR = 256, 32, 4, 8  # as in kernels/gemv.cu
+_GEMV_NT_ROWS_PER_BLOCK = (_GEMV_THREADS // 32) * 2  # 8 warps x GEMV_NT_ROWS
+_GEMV_BLOCKS_PER_SM = 4  # split-K target: about this many blocks per SM
+_workspaces: dict = {}
+
+
+def _cpt(w) -> int:
+    """Weight columns per 16-byte load: 4 float32 or 8 bf16."""
+    return 4 if w.dtype == np.float32 else 8
+
+
+def _gemv_workspace(stream_ptr: int):
+    """(ws, counters) for split-K GEMVs on one stream, allocated once at their largest size.
+    With split > 1 only when strips < target, splits * N <= 2 * target * COLS (COLS <= 64)."""
+    key = (cp.cuda.Device().id, stream_ptr)
+    got = _workspaces.get(key)
+    if got is None:
+        target = _GEMV_BLOCKS_PER_SM * _sm_count()
+        ws = cp.empty(2 * target * 64 * GEMV_MAX_M, dtype=cp.float32)
+        counters = cp.zeros(target, dtype=cp.uint32)
+        got = _workspaces[key] = (ws, counters)
+    return got
+
+
+def gemv_plan(n: int, k: int, cols: int, sms: int | None = None) -> tuple[int, int, int]:
+    """(strips, splits, k_per_split) for an N-wide, K-deep GEMV with ``cols`` columns per strip."""
+    sms = _sm_count() if sms is None else sms
+    strips = -(-n // cols)
+    target = _GEMV_BLOCKS_PER_SM * sms
+    step = _GEMV_RPP * _GEMV_UNROLL  # rows one pass of a block loads
+    want = 1 if strips >= target else min(_cdiv(target, strips), _cdiv(k, step))
+    k_per_split = _cdiv(_cdiv(k, want), step) * step
+    return strips, _cdiv(k, k_per_split), k_per_split
+
+
+def _check_weights(w, name: str, shape_desc: str):
+    _check_array(w, name, 2, (np.float32, np.uint16))
+    if w.data.ptr % 16:
+        raise ValueError(f"{name} must be 16-byte aligned ({shape_desc}); got address {w.data.ptr:#x}")
+
+
+def _check_rows(x, name: str):
+    _check_array(x, name, 2)
+    if x.shape[0] > GEMV_MAX_M:
+        raise ValueError(f"{name} has {x.shape[0]} rows; the GEMV kernels take at most {GEMV_MAX_M}")
+
+
+def gemv(x, w, bias, out, *, epilogue="bias", residual=None, stream=None):
+    """out[M,N] = epi(x[M,K] @ w[K,N] + bias[N]) for M <= GEMV_MAX_M; w float32, or uint16
+    holding bf16 bits (see to_bf16_bits). N must be a multiple of 4 (float32) or 8 (bf16)."""
+    _check_rows(x, "x")
+    _check_weights(w, "w", "[K, N]")
+    m, k = x.shape
+    if w.shape[0] != k:
+        raise ValueError(f"w must have {k} rows (x is {tuple(x.shape)}), got shape {tuple(w.shape)}")
+    n = w.shape[1]
+    cpt = _cpt(w)
+    if n % cpt:
+        raise ValueError(f"w's width N = {n} must be a multiple of {cpt} for {w.dtype} GEMV (16-byte rows)")
+    _check_array(bias, "bias", 1)
+    _check_shape(bias, "bias", (n,))
+    _check_array(out, "out", 2)
+    _check_shape(out, "out", (m, n))
+    _check_epilogue(epilogue, residual, (m, n))
+    _check_out(out, "out", {"x": x, "w": w, "bias": bias}, residual)
+
+    strips, splits, k_per_split = gemv_plan(n, k, _GEMV_TPR * cpt)
+    stream_obj = stream if stream is not None else cp.cuda.get_current_stream()
+    ws, counters = _gemv_workspace(stream_obj.ptr)
+    if splits > 1 and (splits * m * n > ws.size or strips > counters.size):
+        raise AssertionError(f"GEMV workspace too small for N={n}, K={k}, splits={splits}")
+    name = f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_{epilogue}"
+    args = (x, w, bias, _NULL if residual is None else residual, out, ws, counters,
+            _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), _i32(k_per_split, "k_per_split"))
+    launch(kernel("gemv", name), (strips, splits, 1), (_GEMV_THREADS, 1, 1), args, 0, stream)
+
+
+def gemv_nt(x, w, out, *, stream=None):
+    """out[M,V] = x[M,K] @ w[V,K]^T for M <= GEMV_MAX_M; w float32 or bf16 bits;
+    K a multiple of 4 (float32) or 8 (bf16)."""
+    _check_rows(x, "x")
+    _check_weights(w, "w", "[V, K]")
+    m, k = x.shape
+    if w.shape[1] != k:
+        raise ValueError(f"w must have {k} columns (x is {tuple(x.shape)}), got shape {tuple(w.shape)}")
+    cpt = _cpt(w)
+    if k % cpt:
+        raise ValueError(f"K = {k} must be a multiple of {cpt} for {w.dtype} weights (16-byte rows)")
+    if x.data.ptr % 16:
+        raise ValueError(f"x must be 16-byte aligned; got address {x.data.ptr:#x}")
+    v = w.shape[0]
+    _check_array(out, "out", 2)
+    _check_shape(out, "out", (m, v))
+    _check_out(out, "out", {"x": x, "w": w})
+    name = f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_nt"
+    grid = (-(-v // _GEMV_NT_ROWS_PER_BLOCK), 1, 1)
+    args = (x, w, out, _i32(m, "M"), _i32(v, "V"), _i32(k, "K"))
+    launch(kernel("gemv", name), grid, (_GEMV_THREADS, 1, 1), args, 0, stream)
+
+
+# ---------------------------------------------------------------------------------------------
+# The choice.
+
+
+def _gemv_fits(w) -> bool:
+    return w.ndim == 2 and w.shape[1] % _cpt(w) == 0 and w.data.ptr % 16 == 0
+
+
+def linear(a, b, bias, out, *, epilogue="bias", residual=None, variant="tf32x3", stream=None):
+    """out = epi(a @ b + bias): GEMV for M <= GEMV_MAX_M (and always for bf16 weights, in
+    chunks of GEMV_MAX_M rows, each reading the weights once), GEMM otherwise."""
+    _check_variant(variant)
+    _check_array(a, "a", 2)
+    m = a.shape[0]
+    if isinstance(b, cp.ndarray) and b.dtype == np.uint16:
+        for r0 in range(0, m, GEMV_MAX_M):
+            r1 = min(m, r0 + GEMV_MAX_M)
+            res = None if residual is None else residual[r0:r1]
+            gemv(a[r0:r1], b, bias, out[r0:r1], epilogue=epilogue, residual=res, stream=stream)
+        return
+    if m <= GEMV_MAX_M and isinstance(b, cp.ndarray) and _gemv_fits(b):
+        gemv(a, b, bias, out, epilogue=epilogue, residual=residual, stream=stream)
+    else:
+        gemm(a, b, bias, out, epilogue=epilogue, residual=residual, variant=variant, stream=stream)
+
+
+def linear_nt(a, b, out, *, variant="tf32x3", stream=None):
+    """out = a @ b^T (the LM head): GEMV for M <= GEMV_MAX_M (and always for bf16 b), else GEMM."""
+    _check_variant(variant)
+    _check_array(a, "a", 2)
+    m = a.shape[0]
+    if isinstance(b, cp.ndarray) and b.dtype == np.uint16:
+        for r0 in range(0, m, GEMV_MAX_M):
+            r1 = min(m, r0 + GEMV_MAX_M)
+            gemv_nt(a[r0:r1], b, out[r0:r1], stream=stream)
+        return
+    fits = (isinstance(b, cp.ndarray) and b.ndim == 2 and b.shape[1] % 4 == 0 and b.data.ptr % 16 == 0
+            and a.data.ptr % 16 == 0)
+    if m <= GEMV_MAX_M and fits:
+        gemv_nt(a, b, out, stream=stream)
+    else:
+        gemm_nt(a, b, out, variant=variant, stream=stream)
+
+
+# ---------------------------------------------------------------------------------------------
+# bf16 weight storage.
+
+
+def to_bf16_bits(arr):
+    """float32 -> uint16 bf16 bit patterns, rounding to nearest even (NaN stays NaN)."""
+    a = cp.ascontiguousarray(cp.asarray(arr, dtype=cp.float32))
+    u = a.view(cp.uint32)
+    lsb = (u >> cp.uint32(16)) & cp.uint32(1)
+    rounded = (u + cp.uint32(0x7FFF) + lsb) >> cp.uint32(16)
+    nan = (u & cp.uint32(0x7FFFFFFF)) > cp.uint32(0x7F800000)
+    quiet = (u >> cp.uint32(16)) | cp.uint32(0x0040)
+    return cp.where(nan, quiet, rounded).astype(cp.uint16)
+
+
+def from_bf16_bits(bits):
+    """uint16 bf16 bit patterns -> float32 (exact)."""
+    b = cp.ascontiguousarray(bits)
+    if b.dtype != np.uint16:
+        raise ValueError(f"bits must be uint16, got {b.dtype}")
+    return (b.astype(cp.uint32) << cp.uint32(16)).view(cp.float32)

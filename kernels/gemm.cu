@@ -1,0 +1,401 @@
+// gemm.cu: C[M,N] = epilogue(A[M,K] @ B[K,N] + bias[N]) for prefill and solve, and the tied
+// LM head C[M,N] = A[M,K] @ B[N,K]^T. All matrices row-major and contiguous, float32.
+//
+// Arithmetic variants (the first word of each name):
+//   f32     plain FFMA on a register-blocked SIMT tile: the simple baseline.
+//   tf32x3  mma.sync m16n8k8 TF32 tensor cores, each operand split x = hi + lo (hi = tf32(x),
+//           lo = tf32(x - hi)), acc += lo*hi' + hi*lo' + hi*hi': fp32-level accuracy.
+//           The engine's default fp32 precision mode runs this.
+//   tf32    the same kernel with one pass (acc += tf32(a) * tf32(b)).
+// Epilogues (the second word): bias (C = AB + bias), bias_gelu (C = gelu_tanh(AB + bias)),
+//   bias_residual (C = R + AB + bias; R may be the same buffer as C: every element is read,
+//   then written, by one thread), nt (C = A @ B^T, B is [N, K]; no bias).
+//
+// Every kernel has the same parameters:
+//   (const float* A, const float* B, const float* bias, const float* R, float* C, int M, int N, int K)
+//   A [M, K]; B [K, N] (nt: [N, K]); bias [N] (unused by nt: pass NULL);
+//   R [M, N] (read by bias_residual only, else NULL); C [M, N].
+// Any M, N, K >= 1. 16-byte loads are used where a matrix's rows allow them (row length a
+// multiple of 4 and a 16-byte aligned base), else 4-byte copies: the kernel decides from the
+// pointers and sizes itself. C and R are written/read in pairs when N is even and both are
+// 8-byte aligned. Results are deterministic (no atomics, fixed summation order).
+//
+// Launch recipe
+//   tensor-core kernels gemm_tf32x3_* and gemm_tf32_*, with the tile defines below
+//   (GEMM_BM, GEMM_BN, GEMM_WARPS_M, GEMM_WARPS_N; defaults 128, 128, 2, 4):
+//     grid  = (ceil(M / GEMM_BM), ceil(N / GEMM_BN), 1)
+//     block = (GEMM_WARPS_M * GEMM_WARPS_N * 32, 1, 1)
+//     dynamic shared memory = GEMM_SMEM_BYTES
+//         = GEMM_STAGES * (GEMM_BM * GEMM_LDK + max(GEMM_BK * (GEMM_BN + 8), GEMM_BN * GEMM_LDK)) * 4
+//         = 110592 bytes for 128x128 (needs cudaFuncSetAttribute(MaxDynamicSharedMemorySize)),
+//           82944 for 128x64, 55296 for 64x64.
+//   SIMT kernels gemm_f32_*:
+//     grid  = (ceil(M / 64), ceil(N / 64), 1), block = (256, 1, 1), no dynamic shared memory.
+// grid.x walks M so that blocks running together share B's column tile (the wte tile of nt).
+
+#include "common.cuh"
+#include "mma.cuh"
+
+#ifndef GEMM_BM
+#define GEMM_BM 128
+#endif
+#ifndef GEMM_BN
+#define GEMM_BN 128
+#endif
+#ifndef GEMM_WARPS_M
+#define GEMM_WARPS_M 2
+#endif
+#ifndef GEMM_WARPS_N
+#define GEMM_WARPS_N 4
+#endif
+#define GEMM_BK 32                      // k per shared-memory stage
+#define GEMM_STAGES 3                   // cp.async pipeline depth
+#define GEMM_THREADS (GEMM_WARPS_M * GEMM_WARPS_N * 32)
+#define GEMM_LDK (GEMM_BK + 4)          // k-contiguous tile row stride: conflict-free fragment reads
+#define GEMM_LDN (GEMM_BN + 8)          // n-contiguous B tile row stride: conflict-free fragment reads
+#define GEMM_A_FLOATS (GEMM_BM * GEMM_LDK)
+#define GEMM_B_FLOATS \
+    (GEMM_BK * GEMM_LDN > GEMM_BN * GEMM_LDK ? GEMM_BK * GEMM_LDN : GEMM_BN * GEMM_LDK)
+#define GEMM_STAGE_FLOATS (GEMM_A_FLOATS + GEMM_B_FLOATS)
+#define GEMM_SMEM_BYTES (GEMM_STAGES * GEMM_STAGE_FLOATS * 4)
+
+// Which arithmetic variants this compilation holds (all by default; gpt2block's loader builds one
+// module per variant and tile, so a process compiles only what it runs).
+#ifndef GEMM_WITH_F32
+#define GEMM_WITH_F32 1
+#endif
+#ifndef GEMM_WITH_TF32
+#define GEMM_WITH_TF32 1
+#endif
+#ifndef GEMM_WITH_TF32X3
+#define GEMM_WITH_TF32X3 1
+#endif
+
+#define GEMM_EPI_BIAS 0
+#define GEMM_EPI_GELU 1
+#define GEMM_EPI_RESIDUAL 2
+#define GEMM_EPI_NONE 3
+
+// ---------------------------------------------------------------------------------------------
+// Epilogue: one or two adjacent outputs (row, col), (row, col + 1), each read and written here.
+
+template <int EPI>
+__device__ __forceinline__ float gemm_epi_value(float acc, const float* bias, const float* R,
+                                                long long idx, int col) {
+    if (EPI == GEMM_EPI_NONE) return acc;
+    float v = acc + __ldg(bias + col);
+    if (EPI == GEMM_EPI_GELU) v = gelu_tanh(v);
+    if (EPI == GEMM_EPI_RESIDUAL) v += R[idx];
+    return v;
+}
+
+// v0 -> C[row, col], v1 -> C[row, col + 1], the latter only where col + 1 < N.
+// pair: N even and C (and R) 8-byte aligned, so (col even) the two form one float2.
+template <int EPI>
+__device__ __forceinline__ void gemm_store2(float* C, const float* bias, const float* R, int row, int col,
+                                            int N, bool pair, float v0, float v1) {
+    const long long idx = (long long)row * N + col;
+    if (pair && col + 1 < N) {
+        float2 o;
+        if (EPI == GEMM_EPI_RESIDUAL) {
+            const float2 r = *reinterpret_cast<const float2*>(R + idx);
+            o.x = v0 + __ldg(bias + col) + r.x;
+            o.y = v1 + __ldg(bias + col + 1) + r.y;
+        } else {
+            o.x = gemm_epi_value<EPI>(v0, bias, R, idx, col);
+            o.y = gemm_epi_value<EPI>(v1, bias, R, idx + 1, col + 1);
+        }
+        *reinterpret_cast<float2*>(C + idx) = o;
+        return;
+    }
+    if (col < N) C[idx] = gemm_epi_value<EPI>(v0, bias, R, idx, col);
+    if (col + 1 < N) C[idx + 1] = gemm_epi_value<EPI>(v1, bias, R, idx + 1, col + 1);
+}
+
+__device__ __forceinline__ bool gemm_aligned(const void* p, int bytes) {
+    return (reinterpret_cast<unsigned long long>(p) & (unsigned long long)(bytes - 1)) == 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core kernel: cp.async triple buffering, 8 warps (default) each owning a
+// (BM / WARPS_M) x (BN / WARPS_N) piece of the block tile as m16n8 accumulator tiles.
+
+// ROWS x GEMM_BK floats of a k-contiguous matrix G [nrows, K] from (row0, k0) into s [ROWS][GEMM_LDK];
+// rows >= nrows and k >= K are zero-filled. vec: 16-byte copies (K % 4 == 0, G 16-byte aligned).
+template <int ROWS>
+__device__ __forceinline__ void gemm_load_kmajor(float* s, const float* G, int row0, int nrows, int k0, int K,
+                                                 bool vec) {
+    constexpr int CHUNKS = ROWS * (GEMM_BK / 4);  // 16-byte chunks in the tile
+    static_assert(CHUNKS % GEMM_THREADS == 0, "tile chunks must divide evenly among threads");
+#pragma unroll
+    for (int i = 0; i < CHUNKS / GEMM_THREADS; ++i) {
+        const int c = threadIdx.x + i * GEMM_THREADS;
+        const int r = c / (GEMM_BK / 4), kc = (c % (GEMM_BK / 4)) * 4;
+        const int gr = row0 + r, gk = k0 + kc;
+        float* dst = s + r * GEMM_LDK + kc;
+        if (vec) {
+            const bool ok = gr < nrows && gk < K;  // K % 4 == 0: the chunk is all in or all out
+            cp_async16(dst, ok ? G + (long long)gr * K + gk : G, ok ? 16 : 0);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const bool ok = gr < nrows && gk + j < K;
+                cp_async4(dst + j, ok ? G + (long long)gr * K + gk + j : G, ok ? 4 : 0);
+            }
+        }
+    }
+}
+
+// GEMM_BK x GEMM_BN floats of an n-contiguous matrix B [K, N] from (k0, n0) into s [GEMM_BK][GEMM_LDN].
+template <int UNUSED>
+__device__ __forceinline__ void gemm_load_nmajor(float* s, const float* B, int k0, int K, int n0, int N,
+                                                 bool vec) {
+    constexpr int CHUNKS = GEMM_BK * (GEMM_BN / 4);
+    static_assert(CHUNKS % GEMM_THREADS == 0, "tile chunks must divide evenly among threads");
+#pragma unroll
+    for (int i = 0; i < CHUNKS / GEMM_THREADS; ++i) {
+        const int c = threadIdx.x + i * GEMM_THREADS;
+        const int r = c / (GEMM_BN / 4), nc = (c % (GEMM_BN / 4)) * 4;
+        const int gk = k0 + r, gn = n0 + nc;
+        float* dst = s + r * GEMM_LDN + nc;
+        if (vec) {
+            const bool ok = gk < K && gn < N;  // N % 4 == 0
+            cp_async16(dst, ok ? B + (long long)gk * N + gn : B, ok ? 16 : 0);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const bool ok = gk < K && gn + j < N;
+                cp_async4(dst + j, ok ? B + (long long)gk * N + gn + j : B, ok ? 4 : 0);
+            }
+        }
+    }
+}
+
+// PASSES: 1 (tf32) or 3 (tf32x3). NT: B is [N, K].
+template <int PASSES, int EPI, bool NT>
+__device__ __forceinline__ void gemm_mma_body(const float* __restrict__ A, const float* __restrict__ B,
+                                              const float* __restrict__ bias, const float* R, float* C, int M,
+                                              int N, int K) {
+    constexpr int WTM = GEMM_BM / GEMM_WARPS_M;  // warp tile rows
+    constexpr int WTN = GEMM_BN / GEMM_WARPS_N;  // warp tile cols
+    constexpr int MT = WTM / 16;                 // m16 tiles per warp
+    constexpr int NT8 = WTN / 8;                 // n8 tiles per warp
+    static_assert(WTM % 16 == 0 && WTN % 8 == 0, "warp tile must be a multiple of 16 x 8");
+
+    extern __shared__ float4 gemm_smem4[];
+    float* smem = reinterpret_cast<float*>(gemm_smem4);
+
+    const int m0 = blockIdx.x * GEMM_BM, n0 = blockIdx.y * GEMM_BN;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int wm = warp / GEMM_WARPS_N, wn = warp % GEMM_WARPS_N;
+
+    const bool a_vec = (K & 3) == 0 && gemm_aligned(A, 16);
+    const bool b_vec = NT ? ((K & 3) == 0 && gemm_aligned(B, 16)) : ((N & 3) == 0 && gemm_aligned(B, 16));
+    const int KT = (K + GEMM_BK - 1) / GEMM_BK;
+
+    auto load_stage = [&](int stage, int kt) {
+        float* sA = smem + stage * GEMM_STAGE_FLOATS;
+        float* sB = sA + GEMM_A_FLOATS;
+        gemm_load_kmajor<GEMM_BM>(sA, A, m0, M, kt * GEMM_BK, K, a_vec);
+        if (NT)
+            gemm_load_kmajor<GEMM_BN>(sB, B, n0, N, kt * GEMM_BK, K, b_vec);
+        else
+            gemm_load_nmajor<0>(sB, B, kt * GEMM_BK, K, n0, N, b_vec);
+    };
+
+    float acc[MT][NT8][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < GEMM_STAGES - 1; ++s) {
+        if (s < KT) load_stage(s, s);
+        cp_async_commit();  // always commit: keeps the group count fixed
+    }
+
+    for (int kt = 0; kt < KT; ++kt) {
+        cp_async_wait<GEMM_STAGES - 2>();  // tile kt has landed (for this thread)
+        __syncthreads();                   // ... for every thread; and stage (kt-1) % S is free
+        {
+            const int nk = kt + GEMM_STAGES - 1;
+            if (nk < KT) load_stage(nk % GEMM_STAGES, nk);
+            cp_async_commit();
+        }
+        const float* sA = smem + (kt % GEMM_STAGES) * GEMM_STAGE_FLOATS;
+        const float* sB = sA + GEMM_A_FLOATS;
+        const float* aw = sA + (wm * WTM + g) * GEMM_LDK + t;  // this lane's A fragment base
+#pragma unroll
+        for (int kk = 0; kk < GEMM_BK; kk += 8) {
+            unsigned bh[NT8][2], bl[NT8][2];
+#pragma unroll
+            for (int j = 0; j < NT8; ++j) {
+                const int n = wn * WTN + j * 8 + g;
+                float b0, b1;
+                if (NT) {
+                    b0 = sB[n * GEMM_LDK + kk + t];
+                    b1 = sB[n * GEMM_LDK + kk + t + 4];
+                } else {
+                    b0 = sB[(kk + t) * GEMM_LDN + n];
+                    b1 = sB[(kk + t + 4) * GEMM_LDN + n];
+                }
+                if (PASSES == 3) {
+                    split_tf32(b0, bh[j][0], bl[j][0]);
+                    split_tf32(b1, bh[j][1], bl[j][1]);
+                } else {
+                    bh[j][0] = f32_to_tf32(b0);
+                    bh[j][1] = f32_to_tf32(b1);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+                const float* ap = aw + i * 16 * GEMM_LDK + kk;
+                const float a[4] = {ap[0], ap[8 * GEMM_LDK], ap[4], ap[8 * GEMM_LDK + 4]};
+                unsigned ah[4], al[4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    if (PASSES == 3)
+                        split_tf32(a[e], ah[e], al[e]);
+                    else
+                        ah[e] = f32_to_tf32(a[e]);
+                }
+#pragma unroll
+                for (int j = 0; j < NT8; ++j) {
+                    if (PASSES == 3) {  // small terms first, then the big one
+                        mma_tf32_16x8x8(acc[i][j], al, bh[j]);
+                        mma_tf32_16x8x8(acc[i][j], ah, bl[j]);
+                    }
+                    mma_tf32_16x8x8(acc[i][j], ah, bh[j]);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();  // no copy may be left in flight when the block exits
+
+    const bool pair = (N & 1) == 0 && gemm_aligned(C, 8) && (EPI != GEMM_EPI_RESIDUAL || gemm_aligned(R, 8));
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = m0 + wm * WTM + i * 16 + g + h * 8;
+            if (row >= M) continue;
+#pragma unroll
+            for (int j = 0; j < NT8; ++j) {
+                const int col = n0 + wn * WTN + j * 8 + 2 * t;
+                gemm_store2<EPI>(C, bias, R, row, col, N, pair, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SIMT fp32 kernel: 64 x 64 block tile, 256 threads, 4 x 4 outputs per thread, k step 16.
+// Tiles are staged through registers with bounds checks (any alignment), A stored k-major.
+
+#define GEMM_F32_BM 64
+#define GEMM_F32_BN 64
+#define GEMM_F32_BK 16
+#define GEMM_F32_LD (64 + 4)
+
+template <int EPI, bool NT>
+__device__ __forceinline__ void gemm_f32_body(const float* __restrict__ A, const float* __restrict__ B,
+                                              const float* __restrict__ bias, const float* R, float* C, int M,
+                                              int N, int K) {
+    __shared__ __align__(16) float sA[GEMM_F32_BK][GEMM_F32_LD];  // [k][m]
+    __shared__ __align__(16) float sB[GEMM_F32_BK][GEMM_F32_LD];  // [k][n]
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int m0 = blockIdx.x * GEMM_F32_BM, n0 = blockIdx.y * GEMM_F32_BN;
+
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+
+    for (int k0 = 0; k0 < K; k0 += GEMM_F32_BK) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int e = tid + i * 256;
+            {  // A: row e / 16, k e % 16 (16 consecutive k per row: coalesced)
+                const int r = e / GEMM_F32_BK, kk = e % GEMM_F32_BK;
+                const int gr = m0 + r, gk = k0 + kk;
+                sA[kk][r] = (gr < M && gk < K) ? __ldg(A + (long long)gr * K + gk) : 0.0f;
+            }
+            if (NT) {  // B [N, K]: row n = e / 16, k = e % 16
+                const int c = e / GEMM_F32_BK, kk = e % GEMM_F32_BK;
+                const int gn = n0 + c, gk = k0 + kk;
+                sB[kk][c] = (gn < N && gk < K) ? __ldg(B + (long long)gn * K + gk) : 0.0f;
+            } else {  // B [K, N]: k = e / 64, n = e % 64
+                const int kk = e / GEMM_F32_BN, c = e % GEMM_F32_BN;
+                const int gn = n0 + c, gk = k0 + kk;
+                sB[kk][c] = (gn < N && gk < K) ? __ldg(B + (long long)gk * N + gn) : 0.0f;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < GEMM_F32_BK; ++kk) {
+            const float4 a = *reinterpret_cast<const float4*>(&sA[kk][ty * 4]);
+            const float4 b = *reinterpret_cast<const float4*>(&sB[kk][tx * 4]);
+            const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+
+    const bool pair = (N & 1) == 0 && gemm_aligned(C, 8) && (EPI != GEMM_EPI_RESIDUAL || gemm_aligned(R, 8));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int row = m0 + ty * 4 + i;
+        if (row >= M) continue;
+#pragma unroll
+        for (int j = 0; j < 4; j += 2)
+            gemm_store2<EPI>(C, bias, R, row, n0 + tx * 4 + j, N, pair, acc[i][j], acc[i][j + 1]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The exported kernels: gemm_<variant>_<epilogue>.
+
+#define GEMM_PARAMS                                                                                    \
+    const float *__restrict__ A, const float *__restrict__ B, const float *__restrict__ bias, const float *R, \
+        float *C, int M, int N, int K
+
+#define GEMM_MMA_KERNEL(name, passes, epi, nt)                                         \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS) name(GEMM_PARAMS) {   \
+        gemm_mma_body<passes, epi, nt>(A, B, bias, R, C, M, N, K);                     \
+    }
+
+#define GEMM_F32_KERNEL(name, epi, nt)                                     \
+    extern "C" __global__ void __launch_bounds__(256) name(GEMM_PARAMS) { \
+        gemm_f32_body<epi, nt>(A, B, bias, R, C, M, N, K);                 \
+    }
+
+#if GEMM_WITH_TF32X3
+GEMM_MMA_KERNEL(gemm_tf32x3_bias, 3, GEMM_EPI_BIAS, false)
+GEMM_MMA_KERNEL(gemm_tf32x3_bias_gelu, 3, GEMM_EPI_GELU, false)
+GEMM_MMA_KERNEL(gemm_tf32x3_bias_residual, 3, GEMM_EPI_RESIDUAL, false)
+GEMM_MMA_KERNEL(gemm_tf32x3_nt, 3, GEMM_EPI_NONE, true)
+
+#endif
+
+#if GEMM_WITH_TF32
+GEMM_MMA_KERNEL(gemm_tf32_bias, 1, GEMM_EPI_BIAS, false)
+GEMM_MMA_KERNEL(gemm_tf32_bias_gelu, 1, GEMM_EPI_GELU, false)
+GEMM_MMA_KERNEL(gemm_tf32_bias_residual, 1, GEMM_EPI_RESIDUAL, false)
+GEMM_MMA_KERNEL(gemm_tf32_nt, 1, GEMM_EPI_NONE, true)
+
+#endif
+
+#if GEMM_WITH_F32
+GEMM_F32_KERNEL(gemm_f32_bias, GEMM_EPI_BIAS, false)
+GEMM_F32_KERNEL(gemm_f32_bias_gelu, GEMM_EPI_GELU, false)
+GEMM_F32_KERNEL(gemm_f32_bias_residual, GEMM_EPI_RESIDUAL, false)
+GEMM_F32_KERNEL(gemm_f32_nt, GEMM_EPI_NONE, true)
+#endif
