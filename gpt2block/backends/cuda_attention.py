@@ -1,0 +1,231 @@
+"""Launch wrappers of kernels/attention.cu: flash-style prefill and split-key decode over the KV cache.
+
+Both take CuPy arrays whose ``.data.ptr`` is row 0 (key 0) of the operand plus an explicit
+row stride in elements, so views into a fused QKV buffer or a KV cache pass without copies.
+Every argument is checked (dtype, sizes, strides, alignment, the span the kernel will read
+lying inside the array's allocation, no overlap of the output with an input) and a bad one
+raises ValueError / TypeError naming it, before anything is launched.
+
+    attention_prefill(q, k, v, out, n_head=, s_q=, s_kv=, causal=, q_start=, q_stride=, kv_stride=, variant=)
+        out [s_q, D] = softmax(q k^T / 8 (+ causal mask)) v per head; variant "f32" (FFMA),
+        "tf32x3" (tensor cores, 3-pass split: fp32-level accuracy) or "tf32" (1 pass).
+    attention_decode(q, k_cache, v_cache, lengths, out, n_head=, q_stride=, cache_batch_stride=, max_len=)
+        out [B, D]: one query per row over lengths[b] cached keys; the keys are split across
+        blocks (DecodeWorkspace holds the partials), combined deterministically in-kernel.
+"""
+
+from __future__ import annotations
+
+import cupy as cp
+import numpy as np
+
+from ..config import HEAD_DIM
+from .cuda_modules import kernel, launch
+
+TILE = 64  # query and key tile of the prefill kernels
+LDS = 68  # shared row stride (floats) of a tile, as ATTN_LDS in attention.cu
+# variant -> (kernel name, threads per block, dynamic shared memory in bytes)
+PREFILL_VARIANTS = {
+    "f32": ("attention_prefill_f32", 256, 3 * TILE * LDS * 4),
+    "tf32x3": ("attention_prefill_tf32x3", 128, 4 * TILE * LDS * 4),
+    "tf32": ("attention_prefill_tf32", 128, 4 * TILE * LDS * 4),
+}
+DECODE_THREADS = 128
+DECODE_MIN_CHUNK = 32  # keys per split, at least (short splits cost more in combining than they save)
+DECODE_MAX_CHUNK = 256  # ATTN_DEC_MAX_CHUNK in attention.cu (the split's scores live in shared memory)
+DECODE_BLOCKS_PER_SM = 2  # split until (B * H * splits) reaches this many blocks per multiprocessor
+INT32_MAX = 2**31 - 1
+
+
+# -- argument checks ------------------------------------------------------------------------
+
+def _array(name: str, a, dtype=cp.float32) -> cp.ndarray:
+    if not isinstance(a, cp.ndarray):
+        raise TypeError(f"{name} must be a CuPy array; got {type(a).__name__}")
+    if a.dtype != dtype:
+        raise ValueError(f"{name} must be {np.dtype(dtype).name}; got {a.dtype}")
+    if a.device.id != cp.cuda.Device().id:
+        raise ValueError(f"{name} is on device {a.device.id}; the current device is {cp.cuda.Device().id}")
+    return a
+
+
+def _int(name: str, x, lo: int, hi: int = INT32_MAX) -> int:
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"{name} must be an int; got {type(x).__name__}")
+    if not lo <= int(x) <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}]; got {x}")
+    return int(x)
+
+
+def _width(n_head) -> int:
+    """D = 64 * n_head."""
+    return HEAD_DIM * _int("n_head", n_head, 1, 4096)
+
+
+def _stride(name: str, stride, d: int) -> int:
+    s = _int(name, stride, d)
+    if s % 4:
+        raise ValueError(f"{name} must be a multiple of 4 elements (16-byte rows); got {s}")
+    return s
+
+
+def _span(name: str, a: cp.ndarray, n_floats: int) -> tuple[int, int]:
+    """Check that ``n_floats`` float32 from a.data.ptr lie inside a's allocation; -> (start, end) bytes."""
+    ptr = a.data.ptr
+    if ptr % 16:
+        raise ValueError(f"{name} must be 16-byte aligned (its data pointer is {ptr:#x})")
+    end = ptr + 4 * n_floats
+    mem = a.data.mem
+    # addressable: the allocation behind a, and in any case the bytes a's own shape and strides reach
+    own = ptr + (a.itemsize + sum((n - 1) * st for n, st in zip(a.shape, a.strides) if st > 0) if a.size else 0)
+    limit = max(mem.ptr + mem.size, own)
+    if end > limit:
+        raise ValueError(
+            f"{name} is too small: the kernel reads {n_floats} floats from its first element, "
+            f"its allocation holds {(limit - ptr) // 4}")
+    return ptr, end
+
+
+def _no_overlap(out_name: str, out_span, others) -> None:
+    for name, span in others:
+        if out_span[0] < span[1] and span[0] < out_span[1]:
+            raise ValueError(f"{out_name} overlaps {name}: the output must be a separate buffer")
+
+
+def _out(name: str, out, rows: int, d: int) -> tuple[int, int]:
+    _array(name, out)
+    if out.shape != (rows, d) or not out.flags.c_contiguous:
+        raise ValueError(f"{name} must be a contiguous float32 array of shape ({rows}, {d}); "
+                         f"got shape {out.shape}{'' if out.flags.c_contiguous else ', not contiguous'}")
+    return _span(name, out, rows * d)
+
+
+# -- prefill ----------------------------------------------------------------------------------
+
+def attention_prefill(q, k, v, out, *, n_head: int, s_q: int, s_kv: int, causal: bool, q_start: int = 0,
+                      q_stride: int, kv_stride: int, variant: str = "f32", stream=None) -> None:
+    """out [s_q, D] = multi-head attention of one sequence (D = 64 * n_head).
+
+    q: row i (query at position q_start + i) at q.data.ptr + i * q_stride (floats); k, v: key j at
+    ptr + j * kv_stride. causal: query i sees keys 0 .. q_start + i; otherwise all s_kv keys.
+    """
+    if variant not in PREFILL_VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(PREFILL_VARIANTS)}; got {variant!r}")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be a bool; got {type(causal).__name__}")
+    d = _width(n_head)
+    s_q = _int("s_q", s_q, 1)
+    s_kv = _int("s_kv", s_kv, 1)
+    q_start = _int("q_start", q_start, 0, INT32_MAX - s_q)
+    q_stride = _stride("q_stride", q_stride, d)
+    kv_stride = _stride("kv_stride", kv_stride, d)
+    spans = [
+        ("q", _span("q", _array("q", q), (s_q - 1) * q_stride + d)),
+        ("k", _span("k", _array("k", k), (s_kv - 1) * kv_stride + d)),
+        ("v", _span("v", _array("v", v), (s_kv - 1) * kv_stride + d)),
+    ]
+    _no_overlap("out", _out("out", out, s_q, d), spans)
+
+    name, threads, smem = PREFILL_VARIANTS[variant]
+    args = (q, np.int32(q_stride), k, v, np.int32(kv_stride), out,
+            np.int32(d), np.int32(s_q), np.int32(s_kv), np.int32(q_start), np.int32(bool(causal)))
+    launch(kernel("attention", name), (-(-s_q // TILE), n_head), (threads,), args, shared_mem=smem, stream=stream)
+
+
+# -- decode -----------------------------------------------------------------------------------
+
+_sm_count: dict[int, int] = {}
+
+
+def _multiprocessors() -> int:
+    dev = cp.cuda.Device()
+    n = _sm_count.get(dev.id)
+    if n is None:
+        n = _sm_count[dev.id] = int(dev.attributes["MultiProcessorCount"])
+    return n
+
+
+def decode_plan(batch: int, n_head: int, max_len: int, n_sm: int) -> tuple[int, int]:
+    """(n_splits, chunk): keys per split between DECODE_MIN_CHUNK and DECODE_MAX_CHUNK, enough
+    splits for batch * n_head * n_splits to reach DECODE_BLOCKS_PER_SM blocks per multiprocessor."""
+    want = -(-DECODE_BLOCKS_PER_SM * n_sm // (batch * n_head))
+    lo = -(-max_len // DECODE_MAX_CHUNK)
+    hi = max(lo, -(-max_len // DECODE_MIN_CHUNK))
+    splits = min(max(want, lo), hi)
+    chunk = -(-max_len // splits)
+    chunk = min(DECODE_MAX_CHUNK, -(-chunk // 8) * 8)  # whole rounds of the kernel's 8 key groups
+    return -(-max_len // chunk), chunk
+
+
+class DecodeWorkspace:
+    """Scratch of attention_decode for one (batch, n_head): split partials and the per-(row, head)
+    arrival counters (zeroed here; the kernel leaves them zero). Grows only when a call needs
+    more splits than it holds; allocate (call once) before capturing a CUDA graph."""
+
+    def __init__(self, batch: int, n_head: int, max_splits: int):
+        self.batch, self.n_head, self.max_splits = batch, n_head, max_splits
+        self.part_acc = cp.empty(batch * n_head * max_splits * HEAD_DIM, cp.float32)  # [B, H, splits, 64]
+        self.part_ml = cp.empty(batch * n_head * max_splits * 2, cp.float32)  # [B, H, splits, (max, sum)]
+        self.counters = cp.zeros(batch * n_head, cp.int32)  # [B, H]
+
+
+_workspaces: dict[tuple, DecodeWorkspace] = {}
+
+
+def decode_workspace(batch: int, n_head: int, n_splits: int, stream=None) -> DecodeWorkspace:
+    """The workspace kept for (device, stream, batch, n_head); regrown (to the next power of two
+    of splits, at least 32) only when n_splits exceeds it. One per stream: the counters of two
+    streams must never be shared."""
+    s = stream if stream is not None else cp.cuda.get_current_stream()
+    key = (cp.cuda.Device().id, s.ptr, batch, n_head)
+    ws = _workspaces.get(key)
+    if ws is None or ws.max_splits < n_splits:
+        cap = max(32, 1 << (n_splits - 1).bit_length())
+        ws = _workspaces[key] = DecodeWorkspace(batch, n_head, cap)
+    return ws
+
+
+def attention_decode(q, k_cache, v_cache, lengths, out, *, n_head: int, q_stride: int, cache_batch_stride: int,
+                     max_len: int, stream=None, workspace: DecodeWorkspace | None = None) -> None:
+    """out [B, D]: row b's query (at q.data.ptr + b * q_stride) over keys 0 .. lengths[b] - 1 of its cache
+    (key t at k_cache.data.ptr + b * cache_batch_stride + t * D; v_cache likewise).
+
+    lengths: int32 [B] on the device, each in 1 .. max_len (a row outside that range gets NaN);
+    max_len: a host bound on lengths that sizes the split grid (pass n_ctx to keep the launch the
+    same at every step, e.g. inside a CUDA graph). workspace: defaults to decode_workspace(...).
+    """
+    d = _width(n_head)
+    _array("out", out)
+    if out.ndim != 2:
+        raise ValueError(f"out must be [B, {d}]; got shape {out.shape}")
+    b = out.shape[0]
+    if b < 1:
+        raise ValueError("out must have at least one row")
+    out_span = _out("out", out, b, d)
+    q_stride = _stride("q_stride", q_stride, d)
+    max_len = _int("max_len", max_len, 1)
+    cbs = _int("cache_batch_stride", cache_batch_stride, 0, 2**62)
+    if cbs % 4:
+        raise ValueError(f"cache_batch_stride must be a multiple of 4 elements; got {cbs}")
+    if b > 1 and cbs < max_len * d:
+        raise ValueError(f"cache_batch_stride {cbs} is smaller than max_len * D = {max_len * d}: rows would overlap")
+    _array("lengths", lengths, cp.int32)
+    if lengths.shape != (b,) or not lengths.flags.c_contiguous:
+        raise ValueError(f"lengths must be a contiguous int32 array of shape ({b},); got shape {lengths.shape}")
+    cache_floats = (b - 1) * cbs + max_len * d
+    spans = [
+        ("q", _span("q", _array("q", q), (b - 1) * q_stride + d)),
+        ("k_cache", _span("k_cache", _array("k_cache", k_cache), cache_floats)),
+        ("v_cache", _span("v_cache", _array("v_cache", v_cache), cache_floats)),
+    ]
+    _no_overlap("out", out_span, spans)
+
+    n_splits, chunk = decode_plan(b, n_head, max_len, _multiprocessors())
+    ws = workspace if workspace is not None else decode_workspace(b, n_head, n_splits, stream)
+    if (ws.batch, ws.n_head) != (b, n_head) or ws.max_splits < n_splits:
+        raise ValueError(f"workspace holds (batch {ws.batch}, {ws.n_head} heads, {ws.max_splits} splits); "
+                         f"this call needs ({b}, {n_head}, {n_splits})")
+    args = (q, np.int32(q_stride), k_cache, v_cache, np.int64(cbs), lengths, out, np.int32(d),
+            np.int32(max_len), np.int32(chunk), ws.part_acc, ws.part_ml, ws.counters)
+    launch(kernel("attention", "attention_decode_f32"), (n_splits, n_head, b), (DECODE_THREADS,), args,
+           stream=stream)

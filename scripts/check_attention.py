@@ -1,0 +1,368 @@
+#!/usr/bin/env python
+"""GPU check of kernels/attention.cu through gpt2block.backends.cuda_attention: accuracy, then speed.
+
+Accuracy: every prefill variant (f32, tf32x3, tf32) on causal and non-causal cases (S from 1 to
+8192, every GPT-2 width, chunked prefill with q_start > 0, the solve() layout with q/k/v inside
+one [S, 3D] buffer and the model's layout with K/V in a cache), and decode (B = 1, 3, 8, mixed
+lengths, K/V cache positions past each row's length filled with NaN); fresh N(0, 1) data, also
+scaled x10 to stress the softmax; outputs poisoned with NaN before each run. Each output is
+compared with a float64 NumPy reference and with torch float32 (TF32 off) against the same
+reference: f32 and tf32x3 must stay within 2x torch's error plus one float32 ulp of the output's
+scale; tf32 (1 pass) within TF32_LIMIT. Large cases compare a sample of query rows (all rows
+are still checked for NaN).
+
+Speed: prefill at S = 1024 (D = 768, non-causal and causal) and decode (B = 1 and 8, length
+1024, D = 768 and 1600), median of 20 after warm-up with CUDA events, torch SDPA (fp32) beside.
+"graph" is the kernel time (10 calls captured in a CUDA graph per sample), "eager" a Python call
+including the argument checks.
+
+    python scripts/check_attention.py [--quick] [--no-timing]
+
+Exit status 1 on any failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import cupy as cp  # noqa: E402
+
+from gpt2block.backends import cuda_attention as ca  # noqa: E402
+
+EPS32 = float(np.finfo(np.float32).eps)
+TF32_LIMIT = 1e-2  # 1-pass TF32: max abs error at scale 1 (|out| ~ 1); indexing bugs give O(1) errors
+MAX_REF_ROWS = 384  # float64 reference rows per case beyond which rows are sampled
+VARIANTS = tuple(ca.PREFILL_VARIANTS)
+
+
+# -- references -------------------------------------------------------------------------------
+
+def ref_attention(q, k, v, n_head, causal, q_start, rows):
+    """float64 NumPy: attention outputs of the query rows ``rows`` (indices into q) -> [len(rows), D]."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    qs = q[rows]
+    out = np.empty((len(rows), q.shape[1]))
+    for h in range(n_head):
+        c = slice(64 * h, 64 * h + 64)
+        s = (qs[:, c] @ k[:, c].T) / 8.0  # [R, L]
+        if causal:
+            s = np.where(np.arange(k.shape[0])[None, :] > (q_start + rows)[:, None], -np.inf, s)
+        e = np.exp(s - s.max(axis=1, keepdims=True))
+        out[:, c] = (e / e.sum(axis=1, keepdims=True)) @ v[:, c]
+    return out
+
+
+def torch_attention(torch, q, k, v, n_head, causal, q_start):
+    """torch float32 on the GPU, plain matmul + softmax (TF32 off) -> float64 NumPy [S_q, D]."""
+    tq, tk, tv = (torch.from_numpy(np.ascontiguousarray(a, np.float32)).cuda() for a in (q, k, v))
+    sq, sk = q.shape[0], k.shape[0]
+    hq = tq.reshape(sq, n_head, 64).transpose(0, 1)
+    hk = tk.reshape(sk, n_head, 64).transpose(0, 1)
+    hv = tv.reshape(sk, n_head, 64).transpose(0, 1)
+    s = (hq @ hk.transpose(1, 2)) / 8.0
+    if causal:
+        mask = torch.arange(sk, device="cuda")[None, :] > (q_start + torch.arange(sq, device="cuda"))[:, None]
+        s = s.masked_fill(mask, float("-inf"))
+    o = (torch.softmax(s, dim=-1) @ hv).transpose(0, 1).reshape(sq, -1)
+    return o.double().cpu().numpy()
+
+
+def sample_rows(rng, n):
+    if n <= MAX_REF_ROWS:
+        return np.arange(n)
+    pick = rng.choice(np.arange(1, n - 1), MAX_REF_ROWS - 2, replace=False)
+    return np.sort(np.concatenate([[0, n - 1], pick]))
+
+
+class Result:
+    def __init__(self, name, err, peer, limit, finite):
+        self.name, self.err, self.peer, self.limit, self.finite = name, err, peer, limit, finite
+        self.ok = finite and err <= limit
+
+    def line(self):
+        ratio = self.err / self.peer if self.peer > 0 else float("inf") if self.err > 0 else 0.0
+        flag = "ok  " if self.ok else "FAIL"
+        nan = "" if self.finite else "  NaN/unwritten output"
+        return f"{flag} {self.name:58s} err {self.err:9.2e}  torch {self.peer:9.2e}  ratio {ratio:5.2f}  limit {self.limit:9.2e}{nan}"
+
+
+def limit_for(variant, peer, ref_max, scale):
+    if variant == "tf32":
+        return TF32_LIMIT * max(1.0, ref_max) if scale == 1 else float("inf")
+    return 2.0 * peer + EPS32 * ref_max
+
+
+# -- prefill ----------------------------------------------------------------------------------
+
+def prefill_inputs(rng, s_q, s_kv, d, scale, layout):
+    """Host float32 q [s_q, D], k, v [s_kv, D] and the device views the wrapper gets."""
+    if layout == "solve":  # q, k, v inside one [S, 3D] buffer, strides 3D
+        assert s_q == s_kv
+        qkv = (rng.standard_normal((s_q, 3 * d)) * scale).astype(np.float32)
+        buf = cp.asarray(qkv)
+        host = qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:]
+        dev = buf[:, :d], buf[:, d:2 * d], buf[:, 2 * d:]
+        return host, dev, 3 * d, 3 * d
+    # model layout: q inside a [s_q, 3D] QKV output, K/V rows 0 .. s_kv-1 of a layer's cache whose
+    # later rows hold NaN (a read past s_kv would show)
+    qkv = (rng.standard_normal((s_q, 3 * d)) * scale).astype(np.float32)
+    k = (rng.standard_normal((s_kv, d)) * scale).astype(np.float32)
+    v = (rng.standard_normal((s_kv, d)) * scale).astype(np.float32)
+    cache = cp.full((2, 2, s_kv + 70, d), np.nan, np.float32)  # [layer, k/v, rows, D]
+    cache[1, 0, :s_kv] = cp.asarray(k)
+    cache[1, 1, :s_kv] = cp.asarray(v)
+    return (qkv[:, :d], k, v), (cp.asarray(qkv)[:, :d], cache[1, 0], cache[1, 1]), 3 * d, d
+
+
+def check_prefill(torch, rng, s_q, d, causal, q_start=0, scale=1.0, layout=None, variants=VARIANTS):
+    s_kv = q_start + s_q
+    layout = layout or ("solve" if not causal and q_start == 0 else "cache")
+    n_head = d // 64
+    (q, k, v), (dq, dk, dv), q_stride, kv_stride = prefill_inputs(rng, s_q, s_kv, d, scale, layout)
+    rows = sample_rows(rng, s_q)
+    ref = ref_attention(q, k, v, n_head, causal, q_start, rows)
+    peer = float(np.abs(torch_attention(torch, q, k, v, n_head, causal, q_start)[rows] - ref).max())
+    ref_max = float(np.abs(ref).max())
+    results = []
+    for variant in variants:
+        out = cp.full((s_q, d), np.nan, np.float32)
+        ca.attention_prefill(dq, dk, dv, out, n_head=n_head, s_q=s_q, s_kv=s_kv, causal=causal, q_start=q_start,
+                             q_stride=q_stride, kv_stride=kv_stride, variant=variant)
+        finite = bool(cp.isfinite(out).all())
+        err = float(np.abs(cp.asnumpy(out)[rows] - ref).max())
+        name = (f"prefill {variant:6s} S={s_q:<5d} D={d:<4d} {'causal' if causal else 'full  '} "
+                f"q0={q_start:<4d} x{scale:g} {layout}")
+        results.append(Result(name, err, peer, limit_for(variant, peer, ref_max, scale), finite))
+    return results
+
+
+def prefill_cases(quick):
+    """(s_q, d, causal, q_start, scale)"""
+    cases = []
+    widths = (768, 1024, 1280, 1600)
+    small = (1, 2, 3, 30, 64, 100)
+    for d in widths:
+        for s in small:
+            cases += [(s, d, False, 0, 1.0), (s, d, True, 0, 1.0)]
+    for d in ((768, 1600) if quick else widths):
+        for s in (1023, 1025):
+            cases += [(s, d, False, 0, 1.0), (s, d, True, 0, 1.0)]
+    for d in (768, 1600):  # chunked prefill: S_kv = q_start + S_q
+        cases += [(1, d, True, 5, 1.0), (30, d, True, 100, 1.0), (24, d, True, 1000, 1.0),
+                  (64, d, True, 64, 1.0), (1023, d, True, 1, 1.0)]
+    for s, d, causal in ((3, 768, False), (100, 1280, True), (1025, 768, False), (1025, 1600, True)):
+        cases.append((s, d, causal, 0, 10.0))
+    cases += [(4096, 768, False, 0, 1.0), (4096, 1024, True, 0, 1.0), (4096, 768, False, 0, 10.0)]
+    if not quick:
+        cases += [(8192, 768, False, 0, 1.0), (3000, 1600, True, 1000, 1.0)]
+    return cases
+
+
+# -- decode -----------------------------------------------------------------------------------
+
+def decode_inputs(rng, lengths, d, n_ctx, scale):
+    """A [B, layers=2, k/v, n_ctx, D] cache with NaN past each row's length; q inside a [B, 3D] QKV."""
+    b = len(lengths)
+    qkv = (rng.standard_normal((b, 3 * d)) * scale).astype(np.float32)
+    cache = np.full((b, 2, 2, n_ctx, d), np.nan, np.float32)
+    for r, n in enumerate(lengths):
+        cache[r, 1, :, :n] = rng.standard_normal((2, n, d)) * scale
+    return qkv, cache
+
+
+def run_decode(qkv_d, cache_d, lengths, d, max_len, out=None):
+    b = len(lengths)
+    out = cp.full((b, d), np.nan, np.float32) if out is None else out
+    ca.attention_decode(qkv_d, cache_d[0, 1, 0], cache_d[0, 1, 1], cp.asarray(np.asarray(lengths, np.int32)), out,
+                        n_head=d // 64, q_stride=3 * d, cache_batch_stride=cache_d[0].size, max_len=max_len)
+    return out
+
+
+def check_decode(torch, rng, lengths, d, scale=1.0, n_ctx=1024, tight=False):
+    qkv, cache = decode_inputs(rng, lengths, d, n_ctx, scale)
+    max_len = max(lengths) if tight else n_ctx
+    out = cp.asnumpy(run_decode(cp.asarray(qkv), cp.asarray(cache), lengths, d, max_len))
+    n_head = d // 64
+    err = peer = ref_max = 0.0
+    for r, n in enumerate(lengths):
+        q, k, v = qkv[r:r + 1, :d], cache[r, 1, 0, :n], cache[r, 1, 1, :n]
+        ref = ref_attention(q, k, v, n_head, False, 0, np.arange(1))
+        err = max(err, float(np.abs(out[r:r + 1] - ref).max()))
+        peer = max(peer, float(np.abs(torch_attention(torch, q, k, v, n_head, False, 0) - ref).max()))
+        ref_max = max(ref_max, float(np.abs(ref).max()))
+    name = f"decode f32    B={len(lengths):<2d} D={d:<4d} lengths={','.join(map(str, lengths))} x{scale:g} max_len={max_len}"
+    return [Result(name, err, peer, 2.0 * peer + EPS32 * ref_max, bool(np.isfinite(out).all()))]
+
+
+def decode_cases():
+    """(lengths, d, scale, n_ctx, tight)"""
+    return [
+        ([1], 768, 1.0, 1024, False), ([1024], 768, 1.0, 1024, False), ([300], 1600, 1.0, 1024, True),
+        ([1, 7, 300], 768, 1.0, 1024, False), ([1024, 1, 7], 1600, 1.0, 1024, True),
+        ([1, 7, 300, 1024, 1024, 300, 7, 1], 768, 1.0, 1024, False),
+        ([5, 1000, 64, 65, 1023, 2, 513, 999], 1280, 1.0, 1024, True),
+        ([1024, 300, 7], 1024, 10.0, 1024, False), ([2048, 1500], 768, 1.0, 2048, False),
+    ]
+
+
+def check_decode_repeat(rng, lengths=(1024, 7, 300), d=768):
+    """Two runs on the same inputs give bit-identical outputs (no float atomics, fixed combine order)."""
+    qkv, cache = decode_inputs(rng, list(lengths), d, 1024, 1.0)
+    qkv_d, cache_d = cp.asarray(qkv), cp.asarray(cache)
+    a = cp.asnumpy(run_decode(qkv_d, cache_d, list(lengths), d, 1024))
+    b = cp.asnumpy(run_decode(qkv_d, cache_d, list(lengths), d, 1024))
+    same = a.tobytes() == b.tobytes()
+    return [Result(f"decode repeat bit-exact lengths={lengths}", 0.0 if same else float("inf"), 0.0, 0.0,
+                   bool(np.isfinite(a).all()))]
+
+
+# -- timing -----------------------------------------------------------------------------------
+
+def median_ms(fn, reps=20, warm=3, inner=1):
+    for _ in range(warm):
+        fn()
+    cp.cuda.Device().synchronize()
+    times = []
+    for _ in range(reps):
+        s, e = cp.cuda.Event(), cp.cuda.Event()
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(cp.cuda.get_elapsed_time(s, e) / inner)
+    return statistics.median(times)
+
+
+def graph_ms(call, calls=10):
+    """Kernel time of ``call``: ``calls`` of it captured in one CUDA graph, per call."""
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        call()  # warm-up on this stream (compiles, sizes the decode workspace of this stream)
+        stream.synchronize()
+        stream.begin_capture()
+        for _ in range(calls):
+            call()
+        graph = stream.end_capture()
+
+        def run():
+            graph.launch(stream)
+
+        def timed():
+            s, e = cp.cuda.Event(), cp.cuda.Event()
+            s.record(stream)
+            run()
+            e.record(stream)
+            e.synchronize()
+            return cp.cuda.get_elapsed_time(s, e) / calls
+
+        for _ in range(3):
+            run()
+        stream.synchronize()
+        return statistics.median(timed() for _ in range(20))
+
+
+def eager_ms(call, calls=10):
+    def loop():
+        for _ in range(calls):
+            call()
+    return median_ms(loop, inner=calls)
+
+
+def timing(torch, rng):
+    import torch.nn.functional as F
+
+    rows = []
+    for causal in (False, True):
+        s, d = 1024, 768
+        n_head = d // 64
+        qkv = cp.asarray(rng.standard_normal((s, 3 * d)).astype(np.float32))
+        out = cp.empty((s, d), np.float32)
+        for variant in VARIANTS:
+            def call(variant=variant):
+                ca.attention_prefill(qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:], out, n_head=n_head, s_q=s, s_kv=s,
+                                     causal=causal, q_stride=3 * d, kv_stride=3 * d, variant=variant)
+            g = graph_ms(call)
+            flops = 4.0 * s * s * d * (0.5 if causal else 1.0)
+            rows.append((f"prefill {variant} S={s} D={d} {'causal' if causal else 'full'}",
+                         g, eager_ms(call), f"{flops / g / 1e6:,.0f} GFLOP/s"))
+        t = torch.from_numpy(cp.asnumpy(qkv)).cuda()
+        tq, tk, tv = (t[:, i * d:(i + 1) * d].reshape(s, n_head, 64).transpose(0, 1)[None].contiguous() for i in range(3))
+        ms = median_ms(lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal), inner=1)
+        rows.append((f"torch SDPA fp32 S={s} D={d} {'causal' if causal else 'full'}", None, ms, ""))
+    for d in (768, 1600):
+        for b in (1, 8):
+            n_head = d // 64
+            lengths = [1024] * b
+            qkv, cache = decode_inputs(rng, lengths, d, 1024, 1.0)
+            qkv_d, cache_d = cp.asarray(qkv), cp.asarray(cache)
+            lens = cp.asarray(np.asarray(lengths, np.int32))
+            out = cp.empty((b, d), np.float32)
+
+            def call(qkv_d=qkv_d, cache_d=cache_d, lens=lens, out=out, d=d, n_head=n_head):
+                ca.attention_decode(qkv_d, cache_d[0, 1, 0], cache_d[0, 1, 1], lens, out, n_head=n_head,
+                                    q_stride=3 * d, cache_batch_stride=cache_d[0].size, max_len=1024)
+            g = graph_ms(call)
+            gbs = 2 * b * 1024 * d * 4 / g / 1e6  # K and V bytes read
+            rows.append((f"decode f32 B={b} len=1024 D={d}", g, eager_ms(call), f"{gbs:,.0f} GB/s (K+V)"))
+            tq = torch.from_numpy(qkv[:, :d]).cuda().reshape(b, n_head, 1, 64)
+            tk = torch.from_numpy(np.ascontiguousarray(cache[:, 1, 0])).cuda().reshape(b, 1024, n_head, 64).transpose(1, 2)
+            tv = torch.from_numpy(np.ascontiguousarray(cache[:, 1, 1])).cuda().reshape(b, 1024, n_head, 64).transpose(1, 2)
+            ms = median_ms(lambda: F.scaled_dot_product_attention(tq, tk, tv), inner=1)
+            rows.append((f"torch SDPA fp32 B={b} len=1024 D={d}", None, ms, ""))
+    print("\n| what | kernel, CUDA graph (ms) | eager call (ms) | rate |")
+    print("| --- | --- | --- | --- |")
+    for name, g, e, rate in rows:
+        print(f"| {name} | {'' if g is None else f'{g:.4f}'} | {e:.4f} | {rate} |")
+
+
+# -- main -------------------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer large cases")
+    ap.add_argument("--no-timing", action="store_true", help="accuracy only")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    rng = np.random.default_rng(args.seed)
+    t0 = time.perf_counter()
+    results = []
+    for case in prefill_cases(args.quick):
+        for r in check_prefill(torch, rng, *case):
+            results.append(r)
+            print(r.line(), flush=True)
+    for lengths, d, scale, n_ctx, tight in decode_cases():
+        for r in check_decode(torch, rng, lengths, d, scale, n_ctx, tight):
+            results.append(r)
+            print(r.line(), flush=True)
+    for r in check_decode_repeat(rng):
+        results.append(r)
+        print(r.line(), flush=True)
+    failed = [r for r in results if not r.ok]
+    print(f"\n{len(results) - len(failed)}/{len(results)} checks passed in {time.perf_counter() - t0:.1f} s")
+    for label, prefix in [(v, f"prefill {v:6s} ") for v in VARIANTS] + [("decode", "decode f32 ")]:
+        sel = [r for r in results if r.name.startswith(prefix) and r.peer > 0]
+        if sel:
+            worst = max(sel, key=lambda r: r.err / r.peer)
+            print(f"worst error / torch fp32 error, {label}: {worst.err / worst.peer:.2f} ({worst.name})")
+    if not args.no_timing:
+        timing(torch, rng)
+    for r in failed:
+        print("FAILED:", r.line())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
