@@ -123,14 +123,14 @@ def generate(prompt, model, backend, precision, max_new_tokens, temperature, top
     from .generate import generate as run_generate
 
     if prompt == "-":
-        prompt = click.get_text_stream("stdin").read()
+        prompt = sys.stdin.read()
     try:
         params = SamplingParams(temperature, top_k, top_p, repetition_penalty)
     except SamplingError as e:
         raise click.UsageError(str(e)) from None
     seed = secrets.randbits(63) if seed is None else seed
     loaded, runner = load_runner(model, backend, precision)
-    out = click.get_text_stream("stdout")
+    out = sys.stdout
     stream = stream and not as_json
 
     def header(i):  # before each sample when there are several

@@ -1,0 +1,304 @@
+"""The click CLI through CliRunner: generate (stream, --json, stdin), every bad option value,
+model errors, pack round trip, info, validate (pass and fail), perplexity, export-cuda."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from gpt2block import checkpoint
+from gpt2block import cli as cli_mod
+from gpt2block.backends import cuda_status, make_runner
+from gpt2block.checkpoint import load_model
+from gpt2block.cli import main
+from gpt2block.generate import generate
+from gpt2block.sampler import SamplingParams
+
+from test_perplexity import TEXT, guide_perplexity
+
+
+def run(*args, input=None):
+    return CliRunner().invoke(main, [str(a) for a in args], input=input, catch_exceptions=False)
+
+
+def gen(tiny_ckpt, *args, input=None):
+    return run("generate", "--model", tiny_ckpt.path, "--backend", "numpy", *args, input=input)
+
+
+# ---------------------------------------------------------------- generate
+
+
+def test_generate_streams_prompt_and_continuation(tiny_ckpt):
+    r = gen(tiny_ckpt, "The engine keeps", "-n", 8, "--seed", 3)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("The engine keeps") and r.stdout.endswith("\n")
+    assert "[gpt2block]" in r.stderr and "tokens/s" in r.stderr and "backend numpy (fp32)" in r.stderr
+    assert "seed 3" in r.stderr
+    assert "[gpt2block]" not in r.stdout
+
+
+def test_generate_json_repeats_with_the_same_seed_and_matches_the_api(tiny_ckpt):
+    args = ("Quick brown foxes", "-n", 10, "--seed", 42, "--temperature", 0.9, "--top-k", 30, "--top-p", 0.9,
+            "--repetition-penalty", 1.2, "--json")
+    a, b = gen(tiny_ckpt, *args), gen(tiny_ckpt, *args)
+    assert a.exit_code == 0, a.output
+    ja, jb = json.loads(a.stdout), json.loads(b.stdout)
+    assert ja["samples"] == jb["samples"] and ja["seed"] == 42
+    loaded = load_model(tiny_ckpt.path)
+    (api,) = generate(make_runner(loaded.weights, "numpy"), loaded.tokenizer, ["Quick brown foxes"], 10,
+                      SamplingParams(0.9, 30, 0.9, 1.2), seed=42)
+    assert ja["samples"][0]["token_ids"] == api.token_ids
+    assert ja["samples"][0]["text"] == api.text
+    assert ja["backend"] == "numpy" and ja["timing"]["new_tokens"] == len(api.token_ids)
+
+
+def test_stream_and_no_stream_print_the_same(tiny_ckpt):
+    a = gen(tiny_ckpt, "Sampling picks", "-n", 12, "--seed", 5)
+    b = gen(tiny_ckpt, "Sampling picks", "-n", 12, "--seed", 5, "--no-stream")
+    assert a.exit_code == b.exit_code == 0
+    assert a.stdout == b.stdout
+
+
+def test_several_samples_are_printed_one_after_the_other(tiny_ckpt):
+    r = gen(tiny_ckpt, "Tokens become", "-n", 6, "--seed", 1, "--num-samples", 3)
+    assert r.exit_code == 0, r.output
+    for i in (1, 2, 3):
+        assert f"=== sample {i}/3 ===" in r.stdout
+    assert r.stdout.count("Tokens become") == 3
+    j = json.loads(gen(tiny_ckpt, "Tokens become", "-n", 6, "--seed", 1, "--num-samples", 3, "--json").stdout)
+    assert [s["text"] for s in j["samples"]] == [part.split("Tokens become", 1)[1].rstrip("\n")
+                                                 for part in r.stdout.split("===")[2::2]]
+
+
+def test_prompt_from_stdin(tiny_ckpt):
+    a = gen(tiny_ckpt, "-", "-n", 5, "--temperature", 0, "--json", input="When the weather is cold")
+    b = gen(tiny_ckpt, "When the weather is cold", "-n", 5, "--temperature", 0, "--json")
+    assert json.loads(a.stdout)["samples"] == json.loads(b.stdout)["samples"]
+
+
+def test_stop_string_with_escape(tiny_ckpt):
+    free = json.loads(gen(tiny_ckpt, "Numbers", "-n", 20, "--temperature", 0, "--json").stdout)["samples"][0]
+    stop = free["text"][3:6]
+    r = json.loads(gen(tiny_ckpt, "Numbers", "-n", 20, "--temperature", 0, "--json", "--stop", stop).stdout)
+    s = r["samples"][0]
+    assert s["stop_reason"] == "stop" and s["text"] == free["text"][:free["text"].find(stop)]
+    assert cli_mod.unescape("a\\nb\\t\\\\n") == "a\nb\t\\n"
+
+
+def test_empty_prompt(tiny_ckpt):
+    r = gen(tiny_ckpt, "", "-n", 3, "--temperature", 0, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["samples"][0]["prompt_ids"] == [511]
+
+
+BAD_GENERATE_OPTIONS = [
+    (("--max-new-tokens", "0"), "--max-new-tokens"),
+    (("--max-new-tokens", "abc"), "--max-new-tokens"),
+    (("--temperature", "-0.5"), "--temperature"),
+    (("--temperature", "nan"), "temperature"),
+    (("--temperature", "warm"), "--temperature"),
+    (("--top-k", "-1"), "--top-k"),
+    (("--top-k", "1.5"), "--top-k"),
+    (("--top-p", "0"), "--top-p"),
+    (("--top-p", "1.5"), "--top-p"),
+    (("--repetition-penalty", "0"), "--repetition-penalty"),
+    (("--repetition-penalty", "-2"), "--repetition-penalty"),
+    (("--seed", "-1"), "--seed"),
+    (("--num-samples", "0"), "--num-samples"),
+    (("--backend", "tpu"), "--backend"),
+    (("--precision", "fp16"), "--precision"),
+    (("--stop", ""), "--stop"),
+    (("--no-such-option",), "no-such-option"),
+]
+
+
+@pytest.mark.parametrize("args, name", BAD_GENERATE_OPTIONS)
+def test_every_bad_generate_option_is_a_usage_error(tiny_ckpt, args, name):
+    r = gen(tiny_ckpt, "hi", *args)
+    assert r.exit_code == 2, r.output
+    assert name in r.stderr and "Traceback" not in r.output
+
+
+def test_generate_needs_a_prompt():
+    r = run("generate")
+    assert r.exit_code == 2 and "PROMPT" in r.stderr
+
+
+def test_missing_model_path_is_an_error_naming_it(tmp_path):
+    missing = tmp_path / "no-such-model"
+    r = run("generate", "hi", "--model", missing, "--backend", "numpy")
+    assert r.exit_code == 1
+    assert r.stderr.startswith("Error: ") and str(missing) in r.stderr and "Traceback" not in r.output
+
+
+def test_a_directory_without_weights_is_an_error(tmp_path, tiny_ckpt):
+    (tmp_path / "config.json").write_text((tiny_ckpt.path / "config.json").read_text())
+    r = run("generate", "hi", "--model", tmp_path, "--backend", "numpy")
+    assert r.exit_code == 1 and "model.safetensors" in r.stderr and "missing file" in r.stderr
+
+
+def test_offline_hub_is_an_error_that_suggests_a_local_path(monkeypatch, tmp_path):
+    import huggingface_hub
+    from huggingface_hub.utils import LocalEntryNotFoundError
+
+    def offline(*args, **kwargs):
+        raise LocalEntryNotFoundError("cannot reach huggingface.co and the file is not cached")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    monkeypatch.chdir(tmp_path)  # so that "gpt2" is not a local folder
+    r = run("generate", "hi", "--model", "gpt2", "--backend", "numpy")
+    assert r.exit_code == 1
+    assert "openai-community/gpt2" in r.stderr and "local path" in r.stderr and "Traceback" not in r.output
+
+
+def test_cuda_backend_without_a_gpu_is_an_error(tiny_ckpt):
+    if cuda_status()[0]:
+        pytest.skip("a GPU is usable here")
+    r = gen(tiny_ckpt, "hi", "--backend", "cuda")  # the later --backend wins
+    assert r.exit_code == 1 and "Error: --backend cuda needs a GPU" in r.stderr
+
+
+def test_auto_backend_says_what_it_picked(tiny_ckpt):
+    r = run("generate", "hi", "--model", tiny_ckpt.path, "-n", 2)
+    assert r.exit_code == 0 and "backend auto -> " in r.stderr
+
+
+def test_a_cuda_precision_on_numpy_is_an_error(tiny_ckpt):
+    r = gen(tiny_ckpt, "hi", "--precision", "bf16")
+    assert r.exit_code == 1 and "Error:" in r.stderr and "bf16" in r.stderr
+
+
+# ---------------------------------------------------------------- pack, info, export-cuda
+
+
+def test_pack_round_trip(tiny_ckpt, tmp_path):
+    out = tmp_path / "tiny.safetensors"
+    r = run("pack", tiny_ckpt.path, "-o", out)
+    assert r.exit_code == 0 and out.is_file() and str(out) in r.stdout
+    args = ("-n", 10, "--seed", 9, "--json")
+    a = json.loads(gen(tiny_ckpt, "Every backend", *args).stdout)["samples"]
+    b = json.loads(run("generate", "Every backend", "--model", out, "--backend", "numpy", *args).stdout)["samples"]
+    assert a == b
+    w0, w1 = load_model(tiny_ckpt.path).weights, load_model(out).weights
+    for name in ("blocks", "wte", "wpe", "ln_f_g", "ln_f_b"):
+        np.testing.assert_array_equal(getattr(w0, name), getattr(w1, name))
+
+
+def test_pack_default_path(tiny_ckpt, tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoint, "DEFAULT_WEIGHTS_DIR", tmp_path / "weights")
+    r = run("pack", tiny_ckpt.path)
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "weights" / f"{tiny_ckpt.path.name}.safetensors").is_file()
+
+
+def test_pack_missing_model(tmp_path):
+    r = run("pack", tmp_path / "nothing", "-o", tmp_path / "x.safetensors")
+    assert r.exit_code == 1 and "Error:" in r.stderr and "nothing" in r.stderr
+
+
+def test_info():
+    r = run("info")
+    assert r.exit_code == 0
+    for line in ("backends: numpy", "cuda: ", "numpy: ", "torch: ", "transformers: ", "cupy: ", "kernel sources: "):
+        assert line in r.stdout
+
+
+def test_export_cuda(tmp_path):
+    out = tmp_path / "solution.cu"
+    r = run("export-cuda", "-o", out)
+    assert r.exit_code == 0, r.output
+    assert 'extern "C"' in out.read_text() and "solve" in out.read_text()
+    r = run("export-cuda", "-o", tmp_path)
+    assert r.exit_code != 0 and "Traceback" not in r.output
+
+
+def test_python_dash_m():
+    r = subprocess.run([sys.executable, "-m", "gpt2block", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0
+    for cmd in ("generate", "validate", "perplexity", "pack", "info", "export-cuda"):
+        assert cmd in r.stdout
+
+
+# ---------------------------------------------------------------- validate
+
+
+def test_validate_passes_on_tiny(tiny_ckpt):
+    r = run("validate", "--model", tiny_ckpt.path, "--backend", "numpy")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count("PASS") == 3 and "limit: <= 1.0e-04" in r.stdout and "all checks passed" in r.stdout
+
+
+def test_validate_passes_on_a_packed_file(tiny_ckpt, tmp_path):
+    out = tmp_path / "tiny.safetensors"
+    assert run("pack", tiny_ckpt.path, "-o", out).exit_code == 0
+    r = run("validate", "--model", out, "--backend", "numpy", "--prompt", "Twelve blocks later")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count("PASS") == 3
+
+
+def test_validate_fails_with_exit_1_on_corrupted_weights(tiny_ckpt, monkeypatch):
+    def corrupted_runner(weights, backend, precision):
+        runner = make_runner(weights, backend, precision)
+        b = runner.blocks[0]["b_proj"]  # a small change (a constant shift would vanish in the next LayerNorm)
+        runner.blocks[0]["b_proj"] = b + np.random.default_rng(0).normal(0, 0.01, b.shape).astype(np.float32)
+        return runner
+
+    monkeypatch.setattr(cli_mod, "make_runner", corrupted_runner)
+    r = run("validate", "--model", tiny_ckpt.path, "--backend", "numpy")
+    assert r.exit_code == 1
+    assert "FAIL  max |logit difference|" in r.stdout and "FAILED" in r.stdout
+
+
+def test_validate_without_transformers_is_a_clear_error(tiny_ckpt, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_torch(name, *args, **kwargs):
+        if name in ("torch", "transformers"):
+            raise ImportError(f"No module named '{name}'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    r = run("validate", "--model", tiny_ckpt.path, "--backend", "numpy")
+    assert r.exit_code == 1 and "Error:" in r.stderr and "install torch and transformers" in r.stderr
+
+
+# ---------------------------------------------------------------- perplexity
+
+
+def test_perplexity_equals_the_guide(tiny_ckpt, tmp_path):
+    f = tmp_path / "text.txt"
+    f.write_text(TEXT)
+    r = run("perplexity", f, "--model", tiny_ckpt.path, "--backend", "numpy", "--stride", 20)
+    assert r.exit_code == 0, r.output
+    ppl = float(r.stdout.split()[1])
+    ids = load_model(tiny_ckpt.path).tokenizer.encode(TEXT)
+    assert ppl == pytest.approx(guide_perplexity(tiny_ckpt.model, ids, 64, 20), rel=1e-4)
+    assert "windows of 64 (stride 20)" in r.stderr
+
+
+@pytest.mark.parametrize("args, code, words", [
+    (("--stride", "0"), 2, "--stride"),
+    (("--stride", "65"), 2, "--stride"),
+    (("--max-length", "1"), 2, "--max-length"),
+    (("--max-length", "100"), 2, "--max-length"),
+    (("--max-length", "32", "--stride", "40"), 2, "--stride"),
+])
+def test_perplexity_bad_options(tiny_ckpt, tmp_path, args, code, words):
+    f = tmp_path / "text.txt"
+    f.write_text(TEXT)
+    r = run("perplexity", f, "--model", tiny_ckpt.path, "--backend", "numpy", *args)
+    assert r.exit_code == code, r.output
+    assert words in r.stderr
+
+
+def test_perplexity_missing_file_and_short_text(tiny_ckpt, tmp_path):
+    r = run("perplexity", tmp_path / "absent.txt", "--model", tiny_ckpt.path)
+    assert r.exit_code == 2 and "absent.txt" in r.stderr
+    f = tmp_path / "short.txt"
+    f.write_text("a")
+    r = run("perplexity", f, "--model", tiny_ckpt.path, "--backend", "numpy")
+    assert r.exit_code == 1 and "at least 2 tokens" in r.stderr
