@@ -15,10 +15,13 @@
 //     launch: cudaFuncSetAttribute(attention_prefill_f32,
 //                                  cudaFuncAttributeMaxDynamicSharedMemorySize, 52224)
 // attention_prefill_tf32x3   tensor cores, mma.sync m16n8k8 TF32 with the 3-pass hi/lo split
-// attention_prefill_tf32     the same, 1 pass (TF32 accuracy, about 1e-3 relative)
+// attention_prefill_tf32     the same in 1 pass (TF32 accuracy, about 1e-3 relative)
 //     grid  (ceil(s_q / 64), H, 1)      block (128, 1, 1)
-//     dynamic shared memory ATTN_MMA_SMEM_BYTES = 69,632 bytes: cudaFuncSetAttribute as above with 69632
-//   all three take the same arguments:
+//     dynamic shared memory ATTN_MMA_SMEM_BYTES = 69,632 bytes (cudaFuncSetAttribute as above, 69632)
+// attention_prefill_tf32x3f  tf32x3 with each 8-wide mma step summed from zero, then added in fp32
+//     grid  (ceil(s_q / 64), H, 1)      block (128, 1, 1)
+//     dynamic shared memory ATTN_MMA_F_SMEM_BYTES = 102,400 bytes (cudaFuncSetAttribute, 102400)
+//   all four prefill kernels take the same arguments:
 //     (const float* q, int q_stride, const float* k, const float* v, int kv_stride,
 //      float* out, int D, int s_q, int s_kv, int q_start, int causal)
 //     q:   [s_q, >= D]  row i at q + i * q_stride (head h at columns h*64 .. h*64+63)
@@ -50,6 +53,7 @@
 #define ATTN_TILE_FLOATS (64 * ATTN_LDS)  // one 64 x 64 tile
 #define ATTN_F32_SMEM_BYTES (3 * ATTN_TILE_FLOATS * 4)   // Q, K (reused for P), V
 #define ATTN_MMA_SMEM_BYTES (4 * ATTN_TILE_FLOATS * 4)   // K and V, double-buffered
+#define ATTN_MMA_F_SMEM_BYTES (ATTN_MMA_SMEM_BYTES + 4 * 8 * 2 * 32 * 16)  // + Q fragments (tf32x3f)
 #define ATTN_SCALE 0.125f                 // 1 / sqrt(64): a power of two, so pre-scaling q is exact
 #define ATTN_DEC_THREADS 128
 #define ATTN_DEC_MAX_CHUNK 256
@@ -279,7 +283,7 @@ __device__ __forceinline__ void attn_mma_split(float (&c)[4], const unsigned (&a
     }
 }
 
-template <int NPASS>
+template <int NPASS, bool FRESH>
 __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, int q_stride,
                                                  const float* __restrict__ k, const float* __restrict__ v,
                                                  int kv_stride, float* __restrict__ out, int D, int s_q, int s_kv,
@@ -296,7 +300,11 @@ __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, in
     attn_cp_async_commit();
 
     // Q fragments (A operand, 8 k-steps over the 64 dims), scaled by 1/8, split hi / lo.
+    // Q fragments (A operand, 8 k-steps over the 64 dims), scaled by 1/8, split hi / lo. !FRESH keeps
+    // them in registers; FRESH (short of registers) keeps them in shared memory after the K / V
+    // buffers, per warp and lane: qf[((warp * 8 + kk) * 2 + hi/lo) * 32 + lane] = 4 words.
     unsigned qh[8][4], ql[8][4];
+    uint4* qf = reinterpret_cast<uint4*>(attn_smem + 4 * ATTN_TILE_FLOATS) + warp * 8 * 2 * 32 + lane;
     {
         const float* q0p = q + (size_t)min(r0, s_q - 1) * q_stride + col0;
         const float* q1p = q + (size_t)min(r1, s_q - 1) * q_stride + col0;
@@ -308,8 +316,13 @@ __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, in
                 if (NPASS == 3) attn_split(x[e] * ATTN_SCALE, qh[kk][e], ql[kk][e]);
                 else { qh[kk][e] = attn_tf32(x[e] * ATTN_SCALE); ql[kk][e] = 0u; }
             }
+            if (FRESH) {
+                qf[(kk * 2) * 32] = make_uint4(qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3]);
+                qf[(kk * 2 + 1) * 32] = make_uint4(ql[kk][0], ql[kk][1], ql[kk][2], ql[kk][3]);
+            }
         }
     }
+    // (each lane reads back only what it wrote: no barrier needed)
 
     float o[8][4];  // output rows r0 (c0, c1) and r1 (c2, c3), dims 8j + 2t, 8j + 2t + 1
     float m[2] = {attn_neg_inf(), attn_neg_inf()}, l[2] = {0.f, 0.f};
@@ -336,12 +349,29 @@ __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, in
 
         // S = (Q / 8) K^T for 16 rows x 64 keys: s[j] covers keys kt0 + 8j .. 8j + 7.
         float s[8][4];
+        if (FRESH) {  // k-step outer: each 8-dim step summed from zero, added in fp32 (round to nearest)
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-            const float* kr = Ks + (8 * j + g) * ATTN_LDS + t;
+            for (int j = 0; j < 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
-            for (int kk = 0; kk < 8; ++kk) attn_mma_split<NPASS>(s[j], qh[kk], ql[kk], kr[8 * kk], kr[8 * kk + 4]);
+            for (int kk = 0; kk < 8; ++kk) {
+                const uint4 h4 = qf[(kk * 2) * 32], l4 = qf[(kk * 2 + 1) * 32];
+                const unsigned ah[4] = {h4.x, h4.y, h4.z, h4.w}, al[4] = {l4.x, l4.y, l4.z, l4.w};
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const float* kr = Ks + (8 * j + g) * ATTN_LDS + t + 8 * kk;
+                    float c[4] = {0.f, 0.f, 0.f, 0.f};
+                    attn_mma_split<NPASS>(c, ah, al, kr[0], kr[4]);
+                    s[j][0] += c[0]; s[j][1] += c[1]; s[j][2] += c[2]; s[j][3] += c[3];
+                }
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+                const float* kr = Ks + (8 * j + g) * ATTN_LDS + t;
+#pragma unroll
+                for (int kk = 0; kk < 8; ++kk) attn_mma_split<NPASS>(s[j], qh[kk], ql[kk], kr[8 * kk], kr[8 * kk + 4]);
+            }
         }
 
         const bool edge = kt0 + 64 > s_kv || (causal && kt0 + 63 > q_start + q0);
@@ -377,11 +407,18 @@ __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, in
             l[hf] = l[hf] * alpha[hf] + sum;
         }
 
-        // O_tile = P V over this tile's 64 keys (a fresh accumulator: the tensor cores sum at most
-        // 64 keys, the running O is updated in fp32 FMA: o = o * alpha + O_tile).
+        // O += P V over this tile's 64 keys. !FRESH: into a fresh tile accumulator (the tensor cores sum
+        // at most 64 keys), then o = o * alpha + O_tile in fp32 FMA. FRESH: o *= alpha first, then every
+        // 8-key step is summed from zero and added to o in fp32.
         float ot[8][4];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) ot[j][0] = ot[j][1] = ot[j][2] = ot[j][3] = 0.f;
+        for (int j = 0; j < 8; ++j) {
+            if (FRESH) {
+                o[j][0] *= alpha[0]; o[j][1] *= alpha[0]; o[j][2] *= alpha[1]; o[j][3] *= alpha[1];
+            } else {
+                ot[j][0] = ot[j][1] = ot[j][2] = ot[j][3] = 0.f;
+            }
+        }
 #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
             unsigned ph[4], pl[4];
@@ -393,14 +430,24 @@ __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, in
             }
             const float* vr = Vs + (8 * kk + 2 * t) * ATTN_LDS + g;
 #pragma unroll
-            for (int j = 0; j < 8; ++j) attn_mma_split<NPASS>(ot[j], ph, pl, vr[8 * j], vr[ATTN_LDS + 8 * j]);
+            for (int j = 0; j < 8; ++j) {
+                if (FRESH) {
+                    float c[4] = {0.f, 0.f, 0.f, 0.f};
+                    attn_mma_split<NPASS>(c, ph, pl, vr[8 * j], vr[ATTN_LDS + 8 * j]);
+                    o[j][0] += c[0]; o[j][1] += c[1]; o[j][2] += c[2]; o[j][3] += c[3];
+                } else {
+                    attn_mma_split<NPASS>(ot[j], ph, pl, vr[8 * j], vr[ATTN_LDS + 8 * j]);
+                }
+            }
         }
+        if (!FRESH) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            o[j][0] = fmaf(o[j][0], alpha[0], ot[j][0]);
-            o[j][1] = fmaf(o[j][1], alpha[0], ot[j][1]);
-            o[j][2] = fmaf(o[j][2], alpha[1], ot[j][2]);
-            o[j][3] = fmaf(o[j][3], alpha[1], ot[j][3]);
+            for (int j = 0; j < 8; ++j) {
+                o[j][0] = fmaf(o[j][0], alpha[0], ot[j][0]);
+                o[j][1] = fmaf(o[j][1], alpha[0], ot[j][1]);
+                o[j][2] = fmaf(o[j][2], alpha[1], ot[j][2]);
+                o[j][3] = fmaf(o[j][3], alpha[1], ot[j][3]);
+            }
         }
         __syncthreads();  // this buffer is refilled two tiles later
     }
@@ -427,7 +474,19 @@ attention_prefill_tf32x3(const float* __restrict__ q, int q_stride,   // q: [s_q
                          const float* __restrict__ v, int kv_stride,  // v: [s_kv, >= D]
                          float* __restrict__ out,                     // out: [s_q, D]
                          int D, int s_q, int s_kv, int q_start, int causal) {
-    attn_prefill_mma<3>(q, q_stride, k, v, kv_stride, out, D, s_q, s_kv, q_start, causal);
+    attn_prefill_mma<3, false>(q, q_stride, k, v, kv_stride, out, D, s_q, s_kv, q_start, causal);
+}
+
+// tf32x3 with every 8-wide mma step accumulated from zero and added to the running sums with fp32
+// adds (round to nearest): the tensor cores' internal accumulation rounding then spans 8 products
+// only. More ALU work than tf32x3, for accuracy closer to FFMA.
+extern "C" __global__ void __launch_bounds__(128)
+attention_prefill_tf32x3f(const float* __restrict__ q, int q_stride,   // q: [s_q, >= D]
+                          const float* __restrict__ k,                 // k: [s_kv, >= D]
+                          const float* __restrict__ v, int kv_stride,  // v: [s_kv, >= D]
+                          float* __restrict__ out,                     // out: [s_q, D]
+                          int D, int s_q, int s_kv, int q_start, int causal) {
+    attn_prefill_mma<3, true>(q, q_stride, k, v, kv_stride, out, D, s_q, s_kv, q_start, causal);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
@@ -436,7 +495,7 @@ attention_prefill_tf32(const float* __restrict__ q, int q_stride,   // q: [s_q, 
                        const float* __restrict__ v, int kv_stride,  // v: [s_kv, >= D]
                        float* __restrict__ out,                     // out: [s_q, D]
                        int D, int s_q, int s_kv, int q_start, int causal) {
-    attn_prefill_mma<1>(q, q_stride, k, v, kv_stride, out, D, s_q, s_kv, q_start, causal);
+    attn_prefill_mma<1, false>(q, q_stride, k, v, kv_stride, out, D, s_q, s_kv, q_start, causal);
 }
 
 // =============================================================================================
