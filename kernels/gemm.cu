@@ -251,27 +251,35 @@ __device__ __forceinline__ void gemm_mma_body(const float* __restrict__ A, const
                     bh[j][1] = f32_to_tf32(b1);
                 }
             }
+            unsigned ah[MT][4], al[MT][4];
 #pragma unroll
             for (int i = 0; i < MT; ++i) {
                 const float* ap = aw + i * 16 * GEMM_LDK + kk;
                 const float a[4] = {ap[0], ap[8 * GEMM_LDK], ap[4], ap[8 * GEMM_LDK + 4]};
-                unsigned ah[4], al[4];
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     if (PASSES == 3)
-                        split_tf32(a[e], ah[e], al[e]);
+                        split_tf32(a[e], ah[i][e], al[i][e]);
                     else
-                        ah[e] = f32_to_tf32(a[e]);
-                }
-#pragma unroll
-                for (int j = 0; j < NT8; ++j) {
-                    if (PASSES == 3) {  // small terms first, then the big one
-                        mma_tf32_16x8x8(acc[i][j], al, bh[j]);
-                        mma_tf32_16x8x8(acc[i][j], ah, bl[j]);
-                    }
-                    mma_tf32_16x8x8(acc[i][j], ah, bh[j]);
+                        ah[i][e] = f32_to_tf32(a[e]);
                 }
             }
+            // One pass over all MT x NT8 tiles at a time: consecutive MMAs are independent.
+            // 3xTF32: the small cross terms first, then the big one.
+            if (PASSES == 3) {
+#pragma unroll
+                for (int i = 0; i < MT; ++i)
+#pragma unroll
+                    for (int j = 0; j < NT8; ++j) mma_tf32_16x8x8(acc[i][j], al[i], bh[j]);
+#pragma unroll
+                for (int i = 0; i < MT; ++i)
+#pragma unroll
+                    for (int j = 0; j < NT8; ++j) mma_tf32_16x8x8(acc[i][j], ah[i], bl[j]);
+            }
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int j = 0; j < NT8; ++j) mma_tf32_16x8x8(acc[i][j], ah[i], bh[j]);
         }
     }
     cp_async_wait<0>();  // no copy may be left in flight when the block exits

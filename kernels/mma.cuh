@@ -46,13 +46,13 @@ __device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) 
 }
 
 // d[16x8] += a[16x8 (row)] * b[8x8 (col)] in TF32 with fp32 accumulation, in place.
+// Not volatile: a pure function of its operands, so the compiler may interleave independent MMAs.
 // Fragment layout (PTX ISA, mma.m16n8k8 .tf32), g = lane / 4, t = lane % 4:
 //   a0 (g, t)   a1 (g+8, t)   a2 (g, t+4)   a3 (g+8, t+4)        [row, k]
 //   b0 (t, g)   b1 (t+4, g)                                       [k, col]
 //   d0 (g, 2t)  d1 (g, 2t+1)  d2 (g+8, 2t)  d3 (g+8, 2t+1)        [row, col]
 __device__ __forceinline__ void mma_tf32_16x8x8(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));

@@ -165,7 +165,7 @@ def _i32(v: int, name: str) -> np.int32:
 # GEMM.
 
 
-def _launch_gemm(variant, suffix, a, b, bias, residual, out, m, n, k, stream):
+def _launch_gemm(variant, suffix, a, b, bias, residual, out, m, n, k, stream, tile):
     args = (a, b, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"))
     name = f"gemm_{variant}_{suffix}"
@@ -174,7 +174,10 @@ def _launch_gemm(variant, suffix, a, b, bias, residual, out, m, n, k, stream):
         grid = (-(-m // _GEMM_F32_TILE), -(-n // _GEMM_F32_TILE), 1)
         launch(fn, grid, (_GEMM_F32_THREADS, 1, 1), args, 0, stream)
         return
-    tile = pick_tile(m, n)
+    if tile is None:
+        tile = pick_tile(m, n)
+    elif tile not in TILES:
+        raise ValueError(f"tile must be one of cuda_linear.TILES, got {tile!r}")
     fn = kernel("gemm", name, tile.defines + _VARIANT_DEFINES[variant])
     grid = (-(-m // tile.bm), -(-n // tile.bn), 1)
     if grid[1] > 65535:
@@ -182,9 +185,10 @@ def _launch_gemm(variant, suffix, a, b, bias, residual, out, m, n, k, stream):
     launch(fn, grid, (tile.threads, 1, 1), args, tile.smem_bytes, stream)
 
 
-def gemm(a, b, bias, out, *, epilogue="bias", residual=None, variant="tf32x3", stream=None):
+def gemm(a, b, bias, out, *, epilogue="bias", residual=None, variant="tf32x3", stream=None, tile=None):
     """out[M,N] = epi(a[M,K] @ b[K,N] + bias[N]); epi: bias | bias_gelu | bias_residual
-    (out = residual + a @ b + bias; residual may be ``out`` itself)."""
+    (out = residual + a @ b + bias; residual may be ``out`` itself). ``tile`` (one of TILES)
+    overrides pick_tile for the tensor-core variants, for tuning."""
     _check_variant(variant)
     _check_array(a, "a", 2)
     _check_array(b, "b", 2)
@@ -198,11 +202,11 @@ def gemm(a, b, bias, out, *, epilogue="bias", residual=None, variant="tf32x3", s
     _check_shape(out, "out", (m, n))
     _check_epilogue(epilogue, residual, (m, n))
     _check_out(out, "out", {"a": a, "b": b, "bias": bias}, residual)
-    _launch_gemm(variant, epilogue, a, b, bias, residual, out, m, n, k, stream)
+    _launch_gemm(variant, epilogue, a, b, bias, residual, out, m, n, k, stream, tile)
 
 
-def gemm_nt(a, b, out, *, variant="tf32x3", stream=None):
-    """out[M,N] = a[M,K] @ b[N,K]^T (the tied LM head: b = wte [V, D])."""
+def gemm_nt(a, b, out, *, variant="tf32x3", stream=None, tile=None):
+    """out[M,N] = a[M,K] @ b[N,K]^T (the tied LM head: b = wte [V, D]); ``tile`` as in gemm."""
     _check_variant(variant)
     _check_array(a, "a", 2)
     _check_array(b, "b", 2)
@@ -213,7 +217,7 @@ def gemm_nt(a, b, out, *, variant="tf32x3", stream=None):
     _check_array(out, "out", 2)
     _check_shape(out, "out", (m, n))
     _check_out(out, "out", {"a": a, "b": b})
-    _launch_gemm(variant, "nt", a, b, None, None, out, m, n, k, stream)
+    _launch_gemm(variant, "nt", a, b, None, None, out, m, n, k, stream, tile)
 
 
 # ---------------------------------------------------------------------------------------------

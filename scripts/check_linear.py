@@ -1,0 +1,426 @@
+"""Check and time the matrix kernels (kernels/gemm.cu, kernels/gemv.cu) on the GPU.
+
+    python scripts/check_linear.py            # accuracy on awkward shapes, then timings
+    python scripts/check_linear.py --quick    # fewer shapes, no timings
+    python scripts/check_linear.py --no-time  # accuracy only
+
+Accuracy: fresh random data per case (a ~ N(0,1) like a LayerNorm output, weights and bias
+~ N(0, 0.02), residual ~ N(0,1)), outputs poisoned with NaN before the run, compared with a
+float64 reference (torch float64 on the GPU). Per case: max |error| and max |error| / max |ref|,
+and the ratio to torch float32's error (TF32 off) against the same reference. Limits:
+  f32, tf32x3 GEMM; f32 and bf16 GEMV:  error <= 2 x torch fp32's + one fp32 ulp of max |ref|
+                                        (bf16: against the bf16-rounded weights)
+  tf32 GEMM:                            |ours - ref| <= 1e-3 + 1e-3 |ref| everywhere
+Exit status 1 when any case fails. Timings: CUDA events, median of 20 samples after warm-up,
+each sample a burst of launches (GEMV: one CUDA graph of the burst), next to torch's fp32 and TF32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gpt2block.backends import cuda_linear as L  # noqa: E402
+
+WIDTHS = (768, 1024, 1280, 1600)
+MS = (1, 2, 3, 30, 100, 1023, 1025, 4096)
+VOCAB = 50257
+EPS32 = float(np.finfo(np.float32).eps)
+
+
+def gpt2_shapes(d: int) -> list[tuple[int, int]]:
+    """(K, N) of the four block matrices of width d: qkv, attn proj, fc, mlp proj."""
+    return [(d, 3 * d), (d, d), (d, 4 * d), (4 * d, d)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Data and references.
+
+
+def _upload(arr: np.ndarray, offset: int = 0) -> cp.ndarray:
+    """arr on the GPU; offset > 0 places it ``offset`` floats into a larger buffer (misaligned view)."""
+    if offset == 0:
+        return cp.asarray(arr)
+    flat = cp.empty(arr.size + offset, dtype=arr.dtype)
+    view = flat[offset:offset + arr.size].reshape(arr.shape)
+    view[...] = cp.asarray(arr)
+    return view
+
+
+def _gelu(z):
+    return 0.5 * z * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z * z * z)))
+
+
+def torch_linear(a, b, bias, epilogue, r, nt=False):
+    """The product in torch, in a's dtype: epi(a @ b + bias) or a @ b.T."""
+    if nt:
+        return a @ b.T
+    z = torch.addmm(bias, a, b)
+    if epilogue == "bias_gelu":
+        z = _gelu(z)
+    elif epilogue == "bias_residual":
+        z = z + r
+    return z
+
+
+@dataclass
+class Result:
+    name: str
+    err: float
+    rel: float
+    peer: float
+    limit: float
+    ok: bool
+
+    def line(self) -> str:
+        ratio = self.err / self.peer if self.peer > 0 else float("inf")
+        tag = "ok  " if self.ok else "FAIL"
+        return (f"{tag} {self.name:58s} err {self.err:9.3e}  rel {self.rel:9.3e}  "
+                f"torch32 {self.peer:9.3e}  ratio {ratio:5.2f}  limit {self.limit:9.3e}")
+
+
+def judge(name: str, ours: torch.Tensor, ref64: torch.Tensor, peer32: torch.Tensor | None, mode: str) -> Result:
+    """mode 'fp32': err <= 2 x torch fp32 err + ulp; mode 'tf32': atol = rtol = 1e-3."""
+    ours64 = ours.double()
+    diff = (ours64 - ref64).abs()
+    finite = bool(torch.isfinite(ours64).all())
+    err = diff.max().item() if finite else float("nan")
+    scale = ref64.abs().max().item()
+    rel = err / scale if scale > 0 else err
+    peer = (peer32.double() - ref64).abs().max().item() if peer32 is not None else float("nan")
+    if mode == "fp32":
+        limit = 2.0 * peer + EPS32 * scale
+        ok = finite and err <= limit
+    else:
+        limit = 1e-3
+        ok = finite and bool((diff <= 1e-3 + 1e-3 * ref64.abs()).all())
+    return Result(name, err, rel, peer, limit, ok)
+
+
+# ---------------------------------------------------------------------------------------------
+# One case each.
+
+
+def gemm_case(variant: str, m: int, k: int, n: int, epilogue: str = "bias", nt: bool = False,
+              offset: int = 0, inplace: bool = False, seed: int = 0) -> Result:
+    """Run gemm / gemm_nt once on fresh data and judge it."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = (rng.standard_normal((n, k) if nt else (k, n), dtype=np.float32) * 0.02).astype(np.float32)
+    bias = (rng.standard_normal(n, dtype=np.float32) * 0.02).astype(np.float32)
+    r = rng.standard_normal((m, n), dtype=np.float32) if epilogue == "bias_residual" else None
+
+    a_d, b_d, bias_d = _upload(a, offset), _upload(b, offset), _upload(bias, offset)
+    r_d = None if r is None else _upload(r, offset)
+    if inplace:
+        out_d = r_d
+    else:
+        out_d = _upload(np.full((m, n), np.nan, dtype=np.float32), offset)
+    if nt:
+        L.gemm_nt(a_d, b_d, out_d, variant=variant)
+    else:
+        L.gemm(a_d, b_d, bias_d, out_d, epilogue=epilogue, residual=r_d, variant=variant)
+    ours = torch.as_tensor(cp.asnumpy(out_d)).cuda()
+
+    t = {key: torch.from_numpy(v).cuda() if v is not None else None
+         for key, v in (("a", a), ("b", b), ("bias", bias), ("r", r))}
+    ref64 = torch_linear(t["a"].double(), t["b"].double(), t["bias"].double(), epilogue,
+                         None if r is None else t["r"].double(), nt)
+    peer = torch_linear(t["a"], t["b"], t["bias"], epilogue, t["r"], nt)
+    mode = "tf32" if variant == "tf32" else "fp32"
+    what = "nt" if nt else epilogue
+    extra = (f" off{offset}" if offset else "") + (" inplace" if inplace else "")
+    return judge(f"gemm {variant:6s} {what:13s} M={m} K={k} N={n}{extra}", ours, ref64, peer, mode)
+
+
+def gemv_case(wdtype: str, m: int, k: int, n: int, epilogue: str = "bias", nt: bool = False,
+              inplace: bool = False, seed: int = 0) -> Result:
+    """Run gemv / gemv_nt once; the reference uses the weights as stored (bf16-rounded)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    w = (rng.standard_normal((n, k) if nt else (k, n), dtype=np.float32) * 0.02).astype(np.float32)
+    bias = (rng.standard_normal(n, dtype=np.float32) * 0.02).astype(np.float32)
+    r = rng.standard_normal((m, n), dtype=np.float32) if epilogue == "bias_residual" else None
+
+    x_d, bias_d = cp.asarray(x), cp.asarray(bias)
+    w_d = cp.asarray(w)
+    if wdtype == "bf16":
+        w_d = L.to_bf16_bits(w_d)
+        w = cp.asnumpy(L.from_bf16_bits(w_d))  # the weights as the kernel sees them
+    r_d = None if r is None else cp.asarray(r)
+    out_d = r_d if inplace else cp.full((m, n), cp.nan, dtype=cp.float32)
+    if nt:
+        L.gemv_nt(x_d, w_d, out_d)
+    else:
+        L.gemv(x_d, w_d, bias_d, out_d, epilogue=epilogue, residual=r_d)
+    ours = torch.as_tensor(cp.asnumpy(out_d)).cuda()
+
+    t = {key: torch.from_numpy(v).cuda() if v is not None else None
+         for key, v in (("x", x), ("w", w), ("bias", bias), ("r", r))}
+    ref64 = torch_linear(t["x"].double(), t["w"].double(), t["bias"].double(), epilogue,
+                         None if r is None else t["r"].double(), nt)
+    peer = torch_linear(t["x"], t["w"], t["bias"], epilogue, t["r"], nt)
+    what = "nt" if nt else epilogue
+    return judge(f"gemv {wdtype:6s} {what:13s} M={m} K={k} N={n}" + (" inplace" if inplace else ""),
+                 ours, ref64, peer, "fp32")
+
+
+def repeat_bitwise(fn_make) -> bool:
+    """fn_make() -> cupy output of one fresh run on fixed inputs; True when two runs agree bit for bit."""
+    first = fn_make().view(cp.uint32).copy()
+    second = fn_make().view(cp.uint32)
+    return bool(cp.array_equal(first, second))
+
+
+def gemm_repeat_case(variant: str = "tf32x3", m: int = 1025, k: int = 768, n: int = 2304) -> bool:
+    rng = np.random.default_rng(7)
+    a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
+    b = cp.asarray((rng.standard_normal((k, n), dtype=np.float32) * 0.02).astype(np.float32))
+    bias = cp.zeros(n, dtype=cp.float32)
+    out = cp.empty((m, n), dtype=cp.float32)
+
+    def run():
+        out.fill(cp.nan)
+        L.gemm(a, b, bias, out, variant=variant)
+        return out
+
+    return repeat_bitwise(run)
+
+
+def gemv_repeat_case(wdtype: str = "f32", m: int = 8, k: int = 3072, n: int = 768) -> bool:
+    rng = np.random.default_rng(8)
+    x = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
+    w = cp.asarray((rng.standard_normal((k, n), dtype=np.float32) * 0.02).astype(np.float32))
+    if wdtype == "bf16":
+        w = L.to_bf16_bits(w)
+    bias = cp.zeros(n, dtype=cp.float32)
+    out = cp.empty((m, n), dtype=cp.float32)
+
+    def run():
+        out.fill(cp.nan)
+        L.gemv(x, w, bias, out)
+        return out
+
+    return repeat_bitwise(run)
+
+
+# ---------------------------------------------------------------------------------------------
+# The case lists (shared with tests/gpu/test_linear.py).
+
+
+def gemm_cases(quick: bool = False) -> list[dict]:
+    cases = []
+    ms = (1, 3, 100, 1025) if quick else MS
+    widths = (768, 1600) if quick else WIDTHS
+    for variant in ("tf32x3", "tf32", "f32"):
+        for d in widths:
+            for k, n in gpt2_shapes(d):
+                for m in ms:
+                    if variant == "f32" and m == 4096 and d != 768:
+                        continue  # the SIMT baseline is slow; its shapes are covered at D = 768
+                    cases.append(dict(variant=variant, m=m, k=k, n=n, epilogue="bias"))
+        for epilogue in ("bias_gelu", "bias_residual"):
+            for m in (1, 30, 1025):
+                cases.append(dict(variant=variant, m=m, k=768, n=3072 if epilogue == "bias_gelu" else 768,
+                                  epilogue=epilogue))
+        cases.append(dict(variant=variant, m=100, k=3072, n=768, epilogue="bias_residual", inplace=True))
+        # odd sizes: K not a multiple of 4, N odd, N = 1, misaligned views (4-byte copy path)
+        for m, k, n in ((7, 30, 5), (33, 100, 97), (1, 1, 1), (130, 68, 1000), (65, 64, 63)):
+            cases.append(dict(variant=variant, m=m, k=k, n=n, epilogue="bias"))
+        cases.append(dict(variant=variant, m=100, k=768, n=768, epilogue="bias_gelu", offset=1))
+        cases.append(dict(variant=variant, m=100, k=768, n=770, epilogue="bias_residual", offset=2))
+        for m in ((1, 30, 1025) if quick else (1, 2, 3, 30, 100, 1025)):
+            for d in ((768,) if quick else (768, 1600)):
+                cases.append(dict(variant=variant, m=m, k=d, n=VOCAB, nt=True))
+        cases.append(dict(variant=variant, m=37, k=30, n=101, nt=True))
+    return cases
+
+
+def gemv_cases(quick: bool = False) -> list[dict]:
+    cases = []
+    for wdtype in ("f32", "bf16"):
+        for d in ((768, 1600) if quick else WIDTHS):
+            for k, n in gpt2_shapes(d):
+                for m in ((1, 8) if quick else range(1, 9)):
+                    cases.append(dict(wdtype=wdtype, m=m, k=k, n=n, epilogue="bias"))
+        for epilogue in ("bias_gelu", "bias_residual"):
+            for m in (1, 5, 8):
+                cases.append(dict(wdtype=wdtype, m=m, k=768, n=3072 if epilogue == "bias_gelu" else 768,
+                                  epilogue=epilogue))
+        cases.append(dict(wdtype=wdtype, m=3, k=3072, n=768, epilogue="bias_residual", inplace=True))
+        cases.append(dict(wdtype=wdtype, m=2, k=100, n=64, epilogue="bias"))  # K not a multiple of 32
+        cases.append(dict(wdtype=wdtype, m=8, k=5000, n=8, epilogue="bias"))  # one strip, many splits
+        for m in ((1, 8) if quick else range(1, 9)):
+            for d in ((768,) if quick else (768, 1600)):
+                cases.append(dict(wdtype=wdtype, m=m, k=d, n=VOCAB, nt=True))
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing.
+
+
+def _median_ms(run, reps: int, samples: int = 20, warmup: int = 3, graph: bool = False) -> float:
+    """Median over ``samples`` of (time of ``reps`` back-to-back runs) / reps."""
+    stream = cp.cuda.Stream()  # blocking: ordered after the uploads on the default stream
+    with stream:
+        for _ in range(warmup):
+            run()
+        g = None
+        if graph:
+            stream.begin_capture()
+            for _ in range(reps):
+                run()
+            g = stream.end_capture()
+            g.launch()
+        times = []
+        for _ in range(samples):
+            s, e = cp.cuda.Event(), cp.cuda.Event()
+            s.record(stream)
+            if g is not None:
+                g.launch(stream)
+            else:
+                for _ in range(reps):
+                    run()
+            e.record(stream)
+            e.synchronize()
+            times.append(cp.cuda.get_elapsed_time(s, e) / reps)
+    return float(np.median(times))
+
+
+def _torch_ms(fn, reps: int) -> float:
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(20):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(reps):
+                fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) / reps)
+    return float(np.median(times))
+
+
+def _torch_tf32(on: bool):
+    torch.backends.cuda.matmul.allow_tf32 = on
+
+
+def time_gemms(d: int = 768, m: int = 1024) -> list[str]:
+    tiles = " ".join(f"{f'x3 {t.bm}x{t.bn}':>10s}" for t in L.TILES)
+    rows = [f"GEMM, M = {m} (TFLOP/s; torch fp32 = TF32 off; x3 <tile> = tf32x3 forced to that tile)",
+            f"{'shape':24s} {'tf32x3':>8s} {'tf32':>8s} {'f32':>8s} {'torch32':>8s} {'torchTF':>8s} {tiles}  picked"]
+    rng = np.random.default_rng(3)
+    shapes = [(k, n, False) for k, n in gpt2_shapes(d)] + [(d, VOCAB, True)]
+    for k, n, nt in shapes:
+        a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
+        b = cp.asarray((rng.standard_normal((n, k) if nt else (k, n), dtype=np.float32) * 0.02).astype(np.float32))
+        bias = cp.zeros(n, dtype=cp.float32)
+        out = cp.empty((m, n), dtype=cp.float32)
+        flops = 2.0 * m * k * n
+
+        def ours(variant, tile=None):
+            if nt:
+                return lambda: L.gemm_nt(a, b, out, variant=variant, tile=tile)
+            return lambda: L.gemm(a, b, bias, out, variant=variant, tile=tile)
+
+        figs = [flops / _median_ms(ours(v), reps=5) / 1e9 for v in ("tf32x3", "tf32", "f32")]
+        ta, tb, tbias = (torch.as_tensor(v, device="cuda") for v in (a, b, bias))
+        for on in (False, True):
+            _torch_tf32(on)
+            fn = (lambda: ta @ tb.T) if nt else (lambda: torch.addmm(tbias, ta, tb))
+            figs.append(flops / _torch_ms(fn, reps=5) / 1e9)
+        _torch_tf32(False)
+        figs += [flops / _median_ms(ours("tf32x3", t), reps=5) / 1e9 for t in L.TILES]
+        tile = L.pick_tile(m, n)
+        label = f"{'NT ' if nt else ''}K={k} N={n}"
+        rows.append(f"{label:24s} " + " ".join(f"{f:8.1f}" for f in figs[:5]) + " "
+                    + " ".join(f"{f:10.1f}" for f in figs[5:]) + f"  {tile.bm}x{tile.bn}")
+    return rows
+
+
+def time_gemvs(d: int = 768) -> list[str]:
+    rows = ["GEMV (GB/s of weights read; torch = addmm / matmul, not graphed)",
+            f"{'shape':28s} {'f32':>8s} {'bf16':>8s} {'torch32':>8s}  (M = 1 | M = 8)"]
+    rng = np.random.default_rng(4)
+    shapes = [(k, n, False) for k, n in gpt2_shapes(d)] + [(d, VOCAB, True)]
+    for k, n, nt in shapes:
+        w32 = cp.asarray((rng.standard_normal((n, k) if nt else (k, n), dtype=np.float32) * 0.02).astype(np.float32))
+        w16 = L.to_bf16_bits(w32)
+        bias = cp.zeros(n, dtype=cp.float32)
+        cells = []
+        for m in (1, 8):
+            x = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
+            out = cp.empty((m, n), dtype=cp.float32)
+            figs = []
+            for w in (w32, w16):
+                if nt:
+                    ms = _median_ms(lambda: L.gemv_nt(x, w, out), reps=20, graph=True)
+                else:
+                    ms = _median_ms(lambda: L.gemv(x, w, bias, out), reps=20, graph=True)
+                figs.append(w.nbytes / ms / 1e6)
+            tx, tw, tbias = (torch.as_tensor(v, device="cuda") for v in (x, w32, bias))
+            fn = (lambda: tx @ tw.T) if nt else (lambda: torch.addmm(tbias, tx, tw))
+            figs.append(w32.nbytes / _torch_ms(fn, reps=20) / 1e6)
+            cells.append(" ".join(f"{f:8.0f}" for f in figs))
+        label = f"{'NT ' if nt else ''}K={k} N={n}"
+        rows.append(f"{label:28s} {cells[0]}  | {cells[1]}")
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="fewer shapes, no timings")
+    p.add_argument("--no-time", action="store_true", help="accuracy checks only")
+    args = p.parse_args()
+    _torch_tf32(False)
+    torch.backends.cudnn.allow_tf32 = False
+
+    failures, worst = 0, {}
+    for i, c in enumerate(gemm_cases(args.quick)):
+        res = gemm_case(seed=i, **c)
+        print(res.line(), flush=True)
+        failures += not res.ok
+        key = f"gemm {c['variant']}"
+        ratio = res.err / res.limit if res.limit > 0 else float("inf")
+        worst[key] = max(worst.get(key, 0.0), ratio)
+    for i, c in enumerate(gemv_cases(args.quick)):
+        res = gemv_case(seed=10_000 + i, **c)
+        print(res.line(), flush=True)
+        failures += not res.ok
+        key = f"gemv {c['wdtype']}"
+        ratio = res.err / res.limit if res.limit > 0 else float("inf")
+        worst[key] = max(worst.get(key, 0.0), ratio)
+    for name, ok in (("tf32x3 GEMM repeats bit for bit", gemm_repeat_case("tf32x3")),
+                     ("f32 GEMV (split-K) repeats bit for bit", gemv_repeat_case("f32")),
+                     ("bf16 GEMV (split-K) repeats bit for bit", gemv_repeat_case("bf16"))):
+        print(("ok   " if ok else "FAIL ") + name)
+        failures += not ok
+    print("\nworst error / limit per family: " + ", ".join(f"{k} {v:.3f}" for k, v in worst.items()))
+    print(f"{failures} failure(s)")
+
+    if not (args.quick or args.no_time):
+        dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        print(f"\nTimings on {dev['name'].decode()} ({L._sm_count()} SMs)")
+        for line in time_gemms() + [""] + time_gemms(m=4096) + [""] + time_gemvs():
+            print(line)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""The matrix kernels (kernels/gemm.cu, kernels/gemv.cu through backends/cuda_linear.py)
+against a float64 reference on awkward shapes: fp32-mode variants (tf32x3 and f32 GEMM,
+float32 and bf16 GEMV) within twice torch fp32's error, tf32 within atol = rtol = 1e-3.
+The cases are a subset of scripts/check_linear.py's (which runs the full lists and the timings);
+the checking functions are that script's."""
+
+import importlib.util
+import zlib
+from pathlib import Path
+
+import pytest
+
+_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_linear.py"
+
+
+def _load_checks():
+    pytest.importorskip("cupy")
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location("check_linear", _SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _case_id(c: dict) -> str:
+    head = c.get("variant", c.get("wdtype"))
+    what = "nt" if c.get("nt") else c.get("epilogue", "bias")
+    tail = "".join(f"-{k}{c[k]}" for k in ("offset",) if c.get(k)) + ("-inplace" if c.get("inplace") else "")
+    return f"{head}-{what}-M{c['m']}-K{c['k']}-N{c['n']}{tail}"
+
+
+def _gemm_cases() -> list:
+    cases = []
+    for variant in ("tf32x3", "tf32", "f32"):
+        for d in (768, 1600):
+            for k, n in ((d, 3 * d), (d, d), (d, 4 * d), (4 * d, d)):
+                for m in (1, 3, 100, 1025):
+                    cases.append(dict(variant=variant, m=m, k=k, n=n))
+        cases += [
+            dict(variant=variant, m=30, k=768, n=3072, epilogue="bias_gelu"),
+            dict(variant=variant, m=1023, k=768, n=3072, epilogue="bias_gelu"),
+            dict(variant=variant, m=2, k=768, n=768, epilogue="bias_residual"),
+            dict(variant=variant, m=1025, k=3072, n=768, epilogue="bias_residual"),
+            dict(variant=variant, m=100, k=3072, n=768, epilogue="bias_residual", inplace=True),
+            dict(variant=variant, m=7, k=30, n=5),
+            dict(variant=variant, m=33, k=100, n=97),
+            dict(variant=variant, m=1, k=1, n=1),
+            dict(variant=variant, m=100, k=768, n=768, epilogue="bias_gelu", offset=1),
+            dict(variant=variant, m=100, k=768, n=770, epilogue="bias_residual", offset=2),
+            dict(variant=variant, m=1, k=768, n=50257, nt=True),
+            dict(variant=variant, m=30, k=768, n=50257, nt=True),
+            dict(variant=variant, m=1025, k=1600, n=50257, nt=True),
+            dict(variant=variant, m=37, k=30, n=101, nt=True),
+        ]
+    return cases
+
+
+def _gemv_cases() -> list:
+    cases = []
+    for wdtype in ("f32", "bf16"):
+        for d in (768, 1600):
+            for k, n in ((d, 3 * d), (d, d), (d, 4 * d), (4 * d, d)):
+                for m in (1, 3, 8):
+                    cases.append(dict(wdtype=wdtype, m=m, k=k, n=n))
+        cases += [
+            dict(wdtype=wdtype, m=5, k=768, n=3072, epilogue="bias_gelu"),
+            dict(wdtype=wdtype, m=8, k=3072, n=768, epilogue="bias_residual"),
+            dict(wdtype=wdtype, m=3, k=3072, n=768, epilogue="bias_residual", inplace=True),
+            dict(wdtype=wdtype, m=2, k=100, n=64),
+            dict(wdtype=wdtype, m=8, k=5000, n=8),
+            dict(wdtype=wdtype, m=1, k=768, n=50257, nt=True),
+            dict(wdtype=wdtype, m=8, k=1600, n=50257, nt=True),
+        ]
+    return cases
+
+
+GEMM_CASES = _gemm_cases()
+GEMV_CASES = _gemv_cases()
+
+
+@pytest.fixture(scope="module")
+def checks(torch_cuda):
+    return _load_checks()
+
+
+@pytest.mark.parametrize("case", GEMM_CASES, ids=[_case_id(c) for c in GEMM_CASES])
+def test_gemm_accuracy(checks, case):
+    res = checks.gemm_case(seed=zlib.crc32(_case_id(case).encode()), **case)
+    assert res.ok, res.line()
+
+
+@pytest.mark.parametrize("case", GEMV_CASES, ids=[_case_id(c) for c in GEMV_CASES])
+def test_gemv_accuracy(checks, case):
+    res = checks.gemv_case(seed=zlib.crc32(_case_id(case).encode()), **case)
+    assert res.ok, res.line()
+
+
+@pytest.mark.parametrize("variant", ["tf32x3", "tf32"])
+def test_gemm_repeats_bit_for_bit(checks, variant):
+    assert checks.gemm_repeat_case(variant)
+
+
+@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
+def test_gemv_split_k_repeats_bit_for_bit(checks, wdtype):
+    assert checks.gemv_repeat_case(wdtype)
+
+
+def test_bad_arguments_name_the_argument(checks):
+    import cupy as cp
+
+    L = checks.L
+    a = cp.zeros((4, 8), cp.float32)
+    b = cp.zeros((8, 12), cp.float32)
+    bias = cp.zeros(12, cp.float32)
+    out = cp.zeros((4, 12), cp.float32)
+    with pytest.raises(ValueError, match="b must have 8 rows"):
+        L.gemm(a, cp.zeros((9, 12), cp.float32), bias, out)
+    with pytest.raises(ValueError, match="bias must have shape"):
+        L.gemm(a, b, cp.zeros(11, cp.float32), out)
+    with pytest.raises(ValueError, match="out must be float32"):
+        L.gemm(a, b, bias, out.astype(cp.float64))
+    with pytest.raises(ValueError, match="a must be C-contiguous"):
+        L.gemm(cp.zeros((8, 4), cp.float32).T, b, bias, out)
+    with pytest.raises(ValueError, match="residual is required"):
+        L.gemm(a, b, bias, out, epilogue="bias_residual")
+    with pytest.raises(ValueError, match="variant must be one of"):
+        L.gemm(a, b, bias, out, variant="fp16")
+    with pytest.raises(ValueError, match="out overlaps a"):
+        big = cp.zeros((4, 12), cp.float32)
+        L.gemm(big.reshape(-1)[:32].reshape(4, 8), b, bias, big)
+    with pytest.raises(ValueError, match="at most 8"):
+        L.gemv(cp.zeros((9, 8), cp.float32), b, bias, cp.zeros((9, 12), cp.float32))
+    with pytest.raises(ValueError, match="multiple of 8"):
+        L.gemv(a, L.to_bf16_bits(b), bias, out)
+
+
+def test_bf16_rounding_is_nearest_even(checks):
+    import cupy as cp
+    import numpy as np
+
+    L = checks.L
+    vals = np.array([1.0, 1.0 + 2**-8, 1.0 + 3 * 2**-8, 1.0 + 2**-8 + 2**-20, -2.5, 3.0e38, np.inf, np.nan],
+                    dtype=np.float32)
+    bits = cp.asnumpy(L.to_bf16_bits(cp.asarray(vals)))
+    back = cp.asnumpy(L.from_bf16_bits(cp.asarray(bits)))
+    # 1 + 2^-8 is a tie: rounds to the even 1.0; 1 + 3 * 2^-8 rounds up to 1 + 2^-6
+    assert back[0] == 1.0 and back[1] == 1.0 and back[2] == 1.0 + 2**-6
+    assert back[3] == 1.0 + 2**-7 and back[4] == -2.5
+    assert np.isfinite(back[5]) and abs(back[5] / 3.0e38 - 1) <= 2**-8
+    assert np.isinf(back[6]) and np.isnan(back[7])
