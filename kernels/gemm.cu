@@ -4,7 +4,9 @@
 // Arithmetic variants (the first word of each name):
 //   f32     plain FFMA on a register-blocked SIMT tile: the simple baseline.
 //   tf32x3  mma.sync m16n8k8 TF32 tensor cores, each operand split x = hi + lo (hi = tf32(x),
-//           lo = tf32(x - hi)), acc += lo*hi' + hi*lo' + hi*hi': fp32-level accuracy.
+//           lo = tf32(x - hi)), acc += (lo*hi' + hi*lo' + hi*hi') per k8 step, the step's sum
+//           formed in the tensor core and added to acc with a round-to-nearest FADD:
+//           fp32-level accuracy.
 //           The engine's default fp32 precision mode runs this.
 //   tf32    the same kernel with one pass (acc += tf32(a) * tf32(b)).
 // Epilogues (the second word): bias (C = AB + bias), bias_gelu (C = gelu_tanh(AB + bias)),
@@ -147,7 +149,6 @@ __device__ __forceinline__ void gemm_load_kmajor(float* s, const float* G, int r
 }
 
 // GEMM_BK x GEMM_BN floats of an n-contiguous matrix B [K, N] from (k0, n0) into s [GEMM_BK][GEMM_LDN].
-template <int UNUSED>
 __device__ __forceinline__ void gemm_load_nmajor(float* s, const float* B, int k0, int K, int n0, int N,
                                                  bool vec) {
     constexpr int CHUNKS = GEMM_BK * (GEMM_BN / 4);
@@ -201,7 +202,7 @@ __device__ __forceinline__ void gemm_mma_body(const float* __restrict__ A, const
         if (NT)
             gemm_load_kmajor<GEMM_BN>(sB, B, n0, N, kt * GEMM_BK, K, b_vec);
         else
-            gemm_load_nmajor<0>(sB, B, kt * GEMM_BK, K, n0, N, b_vec);
+            gemm_load_nmajor(sB, B, kt * GEMM_BK, K, n0, N, b_vec);
     };
 
     float acc[MT][NT8][4];
@@ -264,22 +265,36 @@ __device__ __forceinline__ void gemm_mma_body(const float* __restrict__ A, const
                         ah[i][e] = f32_to_tf32(a[e]);
                 }
             }
-            // One pass over all MT x NT8 tiles at a time: consecutive MMAs are independent.
-            // 3xTF32: the small cross terms first, then the big one.
             if (PASSES == 3) {
+                // Each k8 step's three products are summed inside the tensor core from zero, then
+                // added to the accumulator by an FADD: the tensor core's internal accumulation
+                // rounds toward zero, the FADD to nearest, so only one short sum is truncated.
+                // Small cross terms first, then the big one; one pass over the n8 tiles at a time
+                // so that consecutive MMAs are independent.
+#pragma unroll
+                for (int i = 0; i < MT; ++i) {
+                    float part[NT8][4];
+#pragma unroll
+                    for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) part[j][e] = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < NT8; ++j) mma_tf32_16x8x8(part[j], al[i], bh[j]);
+#pragma unroll
+                    for (int j = 0; j < NT8; ++j) mma_tf32_16x8x8(part[j], ah[i], bl[j]);
+#pragma unroll
+                    for (int j = 0; j < NT8; ++j) mma_tf32_16x8x8(part[j], ah[i], bh[j]);
+#pragma unroll
+                    for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) acc[i][j][e] += part[j][e];
+                }
+            } else {
 #pragma unroll
                 for (int i = 0; i < MT; ++i)
 #pragma unroll
-                    for (int j = 0; j < NT8; ++j) mma_tf32_16x8x8(acc[i][j], al[i], bh[j]);
-#pragma unroll
-                for (int i = 0; i < MT; ++i)
-#pragma unroll
-                    for (int j = 0; j < NT8; ++j) mma_tf32_16x8x8(acc[i][j], ah[i], bl[j]);
+                    for (int j = 0; j < NT8; ++j) mma_tf32_16x8x8(acc[i][j], ah[i], bh[j]);
             }
-#pragma unroll
-            for (int i = 0; i < MT; ++i)
-#pragma unroll
-                for (int j = 0; j < NT8; ++j) mma_tf32_16x8x8(acc[i][j], ah[i], bh[j]);
         }
     }
     cp_async_wait<0>();  // no copy may be left in flight when the block exits
