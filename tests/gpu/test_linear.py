@@ -5,6 +5,7 @@ The cases are a subset of scripts/check_linear.py's (which runs the full lists a
 the checking functions are that script's."""
 
 import importlib.util
+import sys
 import zlib
 from pathlib import Path
 
@@ -18,6 +19,7 @@ def _load_checks():
     pytest.importorskip("torch")
     spec = importlib.util.spec_from_file_location("check_linear", _SCRIPT)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up here
     spec.loader.exec_module(mod)
     return mod
 
