@@ -80,8 +80,16 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+_SM_COUNTS: dict = {}
+
+
 def _sm_count() -> int:
-    return cp.cuda.Device().attributes["MultiProcessorCount"]
+    """Multiprocessors of the current device (cached: Device.attributes reads them all)."""
+    dev = cp.cuda.Device().id
+    n = _SM_COUNTS.get(dev)
+    if n is None:
+        n = _SM_COUNTS[dev] = cp.cuda.Device(dev).attributes["MultiProcessorCount"]
+    return n
 
 
 def pick_tile(m: int, n: int, sms: int | None = None) -> Tile:
