@@ -98,7 +98,9 @@ def test_block_against_float64_judge(seq_len, causal):
     flat = random_block(D, seed=seq_len)
     x = np.random.default_rng(100 + seq_len).normal(0, 1, (seq_len, D)).astype(np.float32)
     judge = judge_block(x, flat, causal)
-    assert max_rel(block_flat(x, flat, causal), judge) < 2e-6  # float32
+    ours = block_flat(x, flat, causal)
+    assert ours.dtype == np.float32  # float32 arithmetic throughout, not a float64 result cast back
+    assert max_rel(ours, judge) < 2e-6
     assert max_rel(block_flat(x.astype(np.float64), flat.astype(np.float64), causal), judge) < 1e-12
 
 
@@ -176,7 +178,10 @@ def test_runner_float64_judges_float32():
     cfg = GPT2Config(n_layer=2, n_embd=128, n_head=2, n_positions=32, vocab_size=200)
     w = ModelWeights.random(cfg, seed=3)
     ids = np.random.default_rng(0).integers(0, 200, 20)
-    f32 = NumpyRunner(w, np.float32).forward(ids)
+    runner = NumpyRunner(w, np.float32)
+    f32 = runner.forward(ids)
+    hidden = runner._run(runner.new_cache(1), 0, ids)  # the ln_f output: no float64 promotion on the way
+    assert hidden.dtype == np.float32
     f64 = NumpyRunner(w, np.float64).forward(ids)
     assert f32.dtype == np.float32 and f64.dtype == np.float64
     assert np.abs(f32 - f64).max() < 1e-5

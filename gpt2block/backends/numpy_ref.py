@@ -16,6 +16,7 @@ from ..weights import ModelWeights
 from .base import Cache, Runner, check_ids
 
 SQRT_2_OVER_PI = 0.7978845608028654
+ATTN_SCALE = HEAD_DIM ** -0.5  # a Python float, so float32 stays float32 (np.sqrt(64) is a float64 scalar and would promote)
 
 
 def layer_norm(x, g, b, eps=1e-5):  # [T, D] -> [T, D]; two-pass variance (rows reach the thousands)
@@ -46,7 +47,7 @@ def attention(q, k, v, n_head, causal, q_start=0):
     qh = q.reshape(T, n_head, HEAD_DIM).transpose(1, 0, 2)  # [H, T, 64]
     kh = k.reshape(L, n_head, HEAD_DIM).transpose(1, 2, 0)  # [H, 64, L]
     vh = v.reshape(L, n_head, HEAD_DIM).transpose(1, 0, 2)  # [H, L, 64]
-    s = (qh @ kh) * (1.0 / np.sqrt(HEAD_DIM))  # [H, T, L]
+    s = (qh @ kh) * ATTN_SCALE  # [H, T, L]
     if causal:
         mask = np.arange(L)[None, :] > (q_start + np.arange(T))[:, None]  # [T, L]
         s = np.where(mask, -np.inf, s)
