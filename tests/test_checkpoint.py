@@ -12,7 +12,7 @@ from huggingface_hub.utils import EntryNotFoundError, LocalEntryNotFoundError, O
 from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
-from conftest import make_hf_checkpoint
+from hf_checkpoints import make_hf_checkpoint, make_tokenizer_json
 from gpt2block import checkpoint as ck
 from gpt2block.checkpoint import (HUB_IDS, PACKED_FORMAT, CheckpointError, LoadedModel, default_pack_path,
                                   load_model, load_weights, pack, resolve)
@@ -257,7 +257,7 @@ def test_config_refusal_names_file_and_field(plain):
 
 def test_tokenizer_larger_than_vocab(tmp_path):
     c = small(tmp_path / "c", vocab_size=300)
-    (c.path / "tokenizer.json").write_text(__import__("conftest").make_tokenizer_json(400))
+    (c.path / "tokenizer.json").write_text(make_tokenizer_json(400))
     with pytest.raises(CheckpointError, match="tokenizer has 400 tokens but the model's vocab_size is 300"):
         load_model(c.path)
 

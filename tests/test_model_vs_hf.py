@@ -1,6 +1,6 @@
 """The whole model on the NumPy backend against transformers' GPT2LMHeadModel, and the KV cache against itself.
 
-Checkpoints are random and written in Hugging Face's format (conftest.make_hf_checkpoint);
+Checkpoints are random and written in Hugging Face's format (hf_checkpoints.make_hf_checkpoint);
 the reference is the torch model in float32, eval mode. Limit: max |logit difference| <= 1e-4.
 """
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import make_hf_checkpoint
+from hf_checkpoints import make_hf_checkpoint
 from gpt2block.backends import make_runner
 from gpt2block.backends.base import ContextFull
 from gpt2block.backends.numpy_ref import NumpyRunner

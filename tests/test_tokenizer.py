@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import SHARED_GPT2, make_tokenizer_json, requires_gpt2_tokenizer
+from hf_checkpoints import SHARED_GPT2, make_tokenizer_json, requires_gpt2_tokenizer
 from gpt2block.tokenizer import Tokenizer, TokenizerError, byte_to_unicode
 
 MULTIBYTE = "Hello 🤖 世界! naïve café — 👩‍👩‍👧 ok, Ünïcödé ∑ x² 日本語のテキスト 🎉🎉"
