@@ -45,11 +45,12 @@ def tiny(tiny_ckpt):
     return make_runner(loaded.weights, "numpy"), loaded.tokenizer, tiny_ckpt.model
 
 
-@pytest.mark.parametrize("max_length, stride", [(64, 32), (64, 64), (64, 17), (40, 13), (64, 1)])
-def test_equals_the_guide(tiny, max_length, stride):
+@pytest.mark.parametrize("max_length, stride, n_ids", [(64, 32, None), (64, 64, None), (64, 17, None),
+                                                       (40, 13, None), (64, 1, 72), (8, 3, 30)])
+def test_equals_the_guide(tiny, max_length, stride, n_ids):
     runner, tok, model = tiny
-    ids = tok.encode(TEXT)
-    assert len(ids) > 2 * max_length  # several windows
+    ids = tok.encode(TEXT)[:n_ids]
+    assert len(ids) > max_length + stride  # several windows
     ours = perplexity(runner, ids, max_length, stride)
     ref = guide_perplexity(model, ids, max_length, stride)
     assert ours.ppl == pytest.approx(ref, rel=1e-4)
