@@ -134,6 +134,15 @@ def test_pack_round_trip_is_bit_exact(tmp_path, tiny_ckpt):
     assert_same_weights(load_weights(pack(out, tmp_path / "again.safetensors")), original.weights)  # packed -> packed
 
 
+@pytest.mark.slow
+def test_pack_round_trip_full_gpt2_shape(tmp_path, gpt2_ckpt, gpt2_weights):
+    out = pack(gpt2_ckpt.path, tmp_path / "gpt2.safetensors")
+    assert out.stat().st_size > 124_439_808 * 4  # every parameter as float32, plus the header
+    packed = load_model(out)
+    assert_same_weights(packed.weights, gpt2_weights)
+    assert packed.weights.blocks.shape == (12, 7_087_872)
+
+
 def test_pack_is_atomic(tmp_path, tiny_ckpt, monkeypatch):
     out = tmp_path / "m.safetensors"
     out.write_bytes(b"the old file")
@@ -423,8 +432,15 @@ def test_hub_unreachable(monkeypatch, exc):
 
 def test_hub_offline_mode_real_function(monkeypatch, tmp_path):
     """huggingface_hub itself, in offline mode with an empty cache: no network is touched."""
+    import socket
+
     from huggingface_hub import constants
 
+    def no_network(*args, **kw):
+        pytest.fail("the test touched the network")  # an OutcomeException: no except Exception swallows it
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
     with pytest.raises(CheckpointError, match="could not reach the Hugging Face hub.*gpt2block pack"):

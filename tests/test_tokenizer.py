@@ -113,6 +113,15 @@ def test_small_tokenizer_stream_multibyte(small_tok):
     assert pieces.count("") >= 10 and not any("\ufffd" in p for p in pieces)
 
 
+def test_small_stream_equals_decode_on_random_ids(small_tok):
+    """Its 256 single-byte tokens make random ids mostly invalid UTF-8: streaming must still equal decode."""
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        ids = rng.integers(0, small_tok.vocab_size, rng.integers(1, 12)).tolist()
+        pieces, tail = stream(small_tok, ids)
+        assert "".join(pieces) + tail == small_tok.decode(ids), ids
+
+
 def test_byte_alphabet():
     table = byte_to_unicode()
     assert len(set(table.values())) == 256
