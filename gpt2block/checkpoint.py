@@ -221,14 +221,24 @@ def _hub_download(repo_id: str, filename: str) -> Path | None:
         raise CheckpointError(f"{offline} ({type(e).__name__}: {e})") from None
 
 
+def _fetch_shards(repo_id: str) -> None:
+    """A sharded checkpoint: model.safetensors.index.json and every shard it names."""
+    index = _hub_download(repo_id, "model.safetensors.index.json")
+    if index is None:
+        raise CheckpointError(f"{repo_id}: the hub repository has no model.safetensors "
+                              "(gpt2block reads safetensors checkpoints only)")
+    for shard in _shard_names(index):
+        if _hub_download(repo_id, shard) is None:
+            raise CheckpointError(f"{repo_id}: the hub repository has no {shard}, named in its {index.name}")
+
+
 def fetch(repo_id: str, tokenizer: bool = True) -> Path:
     """Download only the files gpt2block reads; returns the snapshot directory holding them."""
     config = _hub_download(repo_id, "config.json")
     if config is None:
         raise CheckpointError(f"{repo_id}: the hub repository has no config.json")
     if _hub_download(repo_id, "model.safetensors") is None:
-        raise CheckpointError(f"{repo_id}: the hub repository has no model.safetensors "
-                              "(gpt2block reads safetensors checkpoints only)")
+        _fetch_shards(repo_id)
     if tokenizer and _hub_download(repo_id, "tokenizer.json") is None:
         for name in ("vocab.json", "merges.txt"):
             if _hub_download(repo_id, name) is None:
@@ -260,16 +270,23 @@ def read_config(path: Path) -> GPT2Config:
         raise CheckpointError(str(e)) from None
 
 
+def _shard_names(index: Path) -> list[str]:
+    """The shard files named by a model.safetensors.index.json."""
+    try:
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"{index}: not a safetensors index ({type(e).__name__}: {e})") from None
+    if not names or not all(isinstance(n, str) and n and "/" not in n and n != ".." for n in names):
+        raise CheckpointError(f"{index}: its weight_map must name shard files in the same folder")
+    return names
+
+
 def _safetensors_files(path: Path) -> list[SafetensorsFile]:
     single, index = path / "model.safetensors", path / "model.safetensors.index.json"
     if single.is_file():
         return [SafetensorsFile(single)]
     if index.is_file():  # a sharded save_pretrained
-        try:
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
-            raise CheckpointError(f"{index}: not a safetensors index ({e})") from None
-        return [SafetensorsFile(path / s) for s in shards]
+        return [SafetensorsFile(path / s) for s in _shard_names(index)]
     hint = " (only pytorch_model.bin is there; gpt2block reads safetensors)" if (
         path / "pytorch_model.bin").exists() else ""
     raise CheckpointError(f"{single}: missing file{hint}")

@@ -98,6 +98,13 @@ def test_sharded_checkpoint(tmp_path):
     assert (tmp_path / "sharded" / "model.safetensors.index.json").is_file()
     shutil.copy(c.path / "tokenizer.json", tmp_path / "sharded")
     assert_same_weights(load_weights(tmp_path / "sharded"), load_weights(c.path))
+    index = tmp_path / "sharded" / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"wte.weight": "../elsewhere.safetensors"}}))
+    with pytest.raises(CheckpointError, match="index.json: its weight_map must name shard files"):
+        load_weights(tmp_path / "sharded")
+    index.write_text("{}")
+    with pytest.raises(CheckpointError, match="index.json: not a safetensors index"):
+        load_weights(tmp_path / "sharded")
 
 
 def test_load_model_gives_tokenizer(tiny_ckpt):
@@ -402,6 +409,18 @@ def test_hub_tokenizer_fallback(tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_hub(tmp_path, c.path, requested=asked))
     assert load_model("me/small").tokenizer.eot_id == 299
     assert [f for _, f in asked] == ["config.json", "model.safetensors", "tokenizer.json", "vocab.json", "merges.txt"]
+
+
+def test_hub_sharded_checkpoint(tmp_path, monkeypatch):
+    c = small(tmp_path / "one")
+    c.model.save_pretrained(tmp_path / "sharded", max_shard_size="100KB")
+    shutil.copy(c.path / "tokenizer.json", tmp_path / "sharded")
+    asked = []
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_hub(tmp_path, tmp_path / "sharded", requested=asked))
+    assert_same_weights(load_model("me/sharded").weights, load_weights(c.path))
+    names = [f for _, f in asked]
+    assert names[:3] == ["config.json", "model.safetensors", "model.safetensors.index.json"]
+    assert len([n for n in names if n.startswith("model-0")]) > 1
 
 
 def test_hub_repo_without_safetensors(tmp_path, monkeypatch, tiny_ckpt):
