@@ -245,3 +245,28 @@ def test_streamer_releases_exactly_the_text_before_the_first_stop(small_tok, wor
     first = min(i for i in (full.find(s) for s in stops) if i >= 0)
     assert "".join(out) == full[:first] == rt.text
     assert rt.stop_string is not None
+
+
+@settings(max_examples=25, deadline=None)
+@given(temperature=st.sampled_from([0.0, 0.3, 1.0, 2.5]), top_k=st.integers(0, 600), top_p=st.floats(0.05, 1.0),
+       penalty=st.floats(0.5, 2.0), seed=st.integers(0, 2**32), num_samples=st.integers(1, 3),
+       max_new=st.integers(1, 12), stop=st.lists(st.sampled_from(["e", " the", "\n", "zz"]), max_size=2))
+def test_any_generation_options_repeat_and_keep_their_promises(tiny, temperature, top_k, top_p, penalty, seed,
+                                                                num_samples, max_new, stop):
+    runner, tok = tiny
+    params = SamplingParams(temperature, top_k, top_p, penalty)
+    pieces, on_token = collect()
+    a = generate(runner, tok, ["Sampling picks a token", ""], max_new, params, seed, stop, num_samples, on_token)
+    b = generate(runner, tok, ["Sampling picks a token", ""], max_new, params, seed, stop, num_samples)
+    assert [r.token_ids for r in a] == [r.token_ids for r in b]
+    assert len(a) == 2 * num_samples
+    for row, r in enumerate(a):
+        assert r.stop_reason in ("eot", "stop", "length", "context")
+        assert len(r.token_ids) <= max_new and tok.eot_id not in r.token_ids
+        assert (r.stop_reason == "length") == (len(r.token_ids) == max_new and r.stop_reason != "stop")
+        assert "".join(pieces.get(row, [])) == r.text
+        assert not any(s in r.text for s in stop)
+        if r.stop_reason == "stop":
+            assert r.stop_string in stop and tok.decode(r.token_ids).startswith(r.text + r.stop_string)
+        else:
+            assert r.text == tok.decode(r.token_ids)
