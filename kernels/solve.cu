@@ -9,7 +9,7 @@
 //
 //   h   = LN(x; g1, b1)                   layernorm_f32
 //   qkv = h @ W_qkv + b_qkv               gemm_tf32x3_bias
-//   a   = attention(q, k, v), no mask     attention_prefill_tf32x3 (reads q, k, v inside qkv)
+//   a   = attention(q, k, v), no mask     attention_prefill_tf32x3f (reads q, k, v inside qkv)
 //   out = x + a @ W_attn + b_attn         gemm_tf32x3_bias_residual  (the residual stream now in output)
 //   h   = LN(out; g2, b2)                 layernorm_f32
 //   f   = gelu(h @ W_fc + b_fc)           gemm_tf32x3_bias_gelu
@@ -73,7 +73,7 @@ static void set_attributes() {
     cudaFuncSetAttribute(gemm_tf32x3_bias, cudaFuncAttributeMaxDynamicSharedMemorySize, GEMM_SMEM_BYTES);
     cudaFuncSetAttribute(gemm_tf32x3_bias_gelu, cudaFuncAttributeMaxDynamicSharedMemorySize, GEMM_SMEM_BYTES);
     cudaFuncSetAttribute(gemm_tf32x3_bias_residual, cudaFuncAttributeMaxDynamicSharedMemorySize, GEMM_SMEM_BYTES);
-    cudaFuncSetAttribute(attention_prefill_tf32x3, cudaFuncAttributeMaxDynamicSharedMemorySize, ATTN_MMA_SMEM_BYTES);
+    cudaFuncSetAttribute(attention_prefill_tf32x3f, cudaFuncAttributeMaxDynamicSharedMemorySize, ATTN_MMA_F_SMEM_BYTES);
     attributes_set = true;
 }
 
@@ -107,7 +107,7 @@ extern "C" void solve(const float* x, float* output, const float* weights, int s
     gemm(gemm_tf32x3_bias, ws.h, w + O_W_QKV, w + O_B_QKV, nullptr, ws.qkv, S, 3 * D, D);
     if (!launched("gemm qkv")) return;
     const dim3 agrid((S + 63) / 64, H);
-    attention_prefill_tf32x3<<<agrid, 128, ATTN_MMA_SMEM_BYTES>>>(
+    attention_prefill_tf32x3f<<<agrid, 128, ATTN_MMA_F_SMEM_BYTES>>>(
         ws.qkv, 3 * D, ws.qkv + D, ws.qkv + 2 * D, 3 * D, ws.att, D, S, S, 0, 0);
     if (!launched("attention")) return;
     gemm(gemm_tf32x3_bias_residual, ws.att, w + O_W_ATTN, w + O_B_ATTN, x, output, S, D, D);

@@ -30,7 +30,7 @@ from . import cuda_attention, cuda_linear, cuda_ops
 from .base import Cache, Runner, check_ids
 
 # precision mode -> (GEMM variant, attention variant); bf16 mode also stores bf16 weights for decode
-VARIANTS = {"fp32": ("tf32x3", "tf32x3"), "tf32": ("tf32", "tf32"), "bf16": ("tf32x3", "tf32x3")}
+VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32"), "bf16": ("tf32x3", "tf32x3f")}
 MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
 
 
@@ -244,7 +244,7 @@ class CudaRunner(Runner):
 # -- solve(): one non-causal block on the user's device buffers ------------------
 
 _solve_ws: dict[int, BlockWorkspace] = {}
-SOLVE_VARIANTS = {"fp32": ("tf32x3", "tf32x3"), "tf32": ("tf32", "tf32")}
+SOLVE_VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32")}
 
 
 def solve_workspace(rows: int, d: int) -> BlockWorkspace:
