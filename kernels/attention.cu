@@ -522,6 +522,7 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
     __shared__ int is_last;
 
     const int tid = threadIdx.x, lane16 = tid & 15, grp = tid >> 4;
+    const unsigned half_mask = 0xffffu << (tid & 16);  // the 16 lanes of this thread's group
     const int split = blockIdx.x, n_splits = gridDim.x, h = blockIdx.y, b = blockIdx.z, H = gridDim.y;
     const int len = lengths[b];
     const bool bad = len < 1 || len > max_len;
@@ -540,8 +541,10 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
         d = fmaf(qv.y, kv.y, d);
         d = fmaf(qv.z, kv.z, d);
         d = fmaf(qv.w, kv.w, d);
+        // Only this 16-lane group runs this iteration (the warp's other group may have one
+        // key fewer): the shuffle's mask names exactly the group's lanes, never the whole warp.
 #pragma unroll
-        for (int off = 8; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
+        for (int off = 8; off > 0; off >>= 1) d += __shfl_xor_sync(half_mask, d, off);
         if (lane16 == 0) sc[i] = d;
     }
     __syncthreads();
