@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Quick greedy-decode rate of gpt2block on random weights: python scripts/decode_rate.py [SIZE] [--steps N].
+
+Prints tokens/s per batch size and precision (median of 5 generations, prefill excluded).
+The full comparison with transformers is scripts/bench.py.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gpt2block.backends import make_runner  # noqa: E402
+from gpt2block.config import SIZES  # noqa: E402
+from gpt2block.weights import ModelWeights  # noqa: E402
+
+
+def rate(runner, batch, steps, reps=5):
+    rng = np.random.default_rng()
+    cache = runner.new_cache(batch)
+    times = []
+    for _ in range(reps + 1):
+        cache.reset()
+        tok = np.stack([runner.prefill(cache, r, rng.integers(0, 50257, 16)) for r in range(batch)]).argmax(-1)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            tok = runner.decode_greedy(cache, tok)
+        times.append(time.perf_counter() - t0)
+    return batch * steps / float(np.median(times[1:]))
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("size", nargs="?", default="gpt2", choices=sorted(SIZES))
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--precisions", default="fp32,bf16")
+    a = ap.parse_args()
+    w = ModelWeights.random(SIZES[a.size], seed=0)
+    for prec in a.precisions.split(","):
+        runner = make_runner(w, "cuda", prec)
+        for b in map(int, a.batches.split(",")):
+            print(f"{a.size} {prec} batch {b}: {rate(runner, b, a.steps):,.0f} tok/s", flush=True)
