@@ -322,3 +322,35 @@ def export_cuda_cmd(output):
     except OSError as e:
         raise click.ClickException(f"{output}: cannot write ({e})") from None
     click.echo(str(out))
+
+
+BENCH_SECTIONS = ("ceilings", "solve", "layernorm", "prefill", "decode", "decode_xl")
+
+
+@main.command()
+@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), default="bench-out", show_default=True,
+              help="folder for bench.json, bench.md and bench.png")
+@click.option("--reps", type=click.IntRange(min=20), default=20, show_default=True,
+              help="timed runs per figure (the median is reported)")
+@click.option("--quick", is_flag=True, help="fewer sequence lengths and decode steps; no torch.compile peer")
+@click.option("--section", "sections", type=click.Choice(BENCH_SECTIONS), multiple=True,
+              help="run only these sections (repeatable; default: all)")
+def bench(out_dir, reps, quick, sections):
+    """Benchmark gpt2block against torch and transformers on this GPU (see docs/PERFORMANCE.md)."""
+    from .bench import run_bench
+
+    ok, why = cuda_status()
+    if not ok:
+        raise click.ClickException(f"the benchmark needs a GPU: {why}")
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as e:
+        raise click.ClickException(f"the benchmark's peers need torch and transformers ({e}); "
+                                   "pip install gpt2block[test]") from None
+    chosen = tuple(sections) or BENCH_SECTIONS
+    if "ceilings" not in chosen:
+        chosen = ("ceilings",) + chosen
+    with user_errors(RuntimeError):
+        run_bench(out_dir, reps, quick, chosen, log=note)
+    click.echo((Path(out_dir) / "bench.md").read_text())
