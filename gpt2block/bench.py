@@ -231,23 +231,15 @@ def _hf_model(torch, size, attn="sdpa"):
 
 
 def _weights_from_hf(model):
-    """Our packed weights from a live transformers model (same numbers, no file round trip)."""
-    from .config import GPT2Config
-    from .layout import FIELDS, block_layout
-    from .weights import ModelWeights
+    """Our packed weights of a live transformers model, through the real checkpoint path
+    (save_pretrained, then checkpoint.load_weights: the arrays are copies, not file maps)."""
+    import tempfile
 
-    sd = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
-    c = model.config
-    cfg = GPT2Config(n_layer=c.n_layer, n_embd=c.n_embd, n_head=c.n_head, n_positions=c.n_positions,
-                     vocab_size=c.vocab_size)
-    lay = block_layout(c.n_embd)
-    blocks = np.empty((c.n_layer, lay.numel), np.float32)
-    for i in range(c.n_layer):
-        v = lay.views(blocks[i])
-        for name, suffix, _ in FIELDS:
-            v[name][...] = sd[f"transformer.h.{i}.{suffix}"]
-    return ModelWeights(cfg, blocks, sd["transformer.wte.weight"], sd["transformer.wpe.weight"],
-                        sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"])
+    from .checkpoint import load_weights
+
+    with tempfile.TemporaryDirectory() as d:
+        model.save_pretrained(d)
+        return load_weights(d)
 
 
 def bench_prefill(torch, reps, size="gpt2", t=1024):
