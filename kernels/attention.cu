@@ -14,14 +14,15 @@
 //     dynamic shared memory ATTN_F32_SMEM_BYTES = 52,224 bytes: above 48 KB, so before the first
 //     launch: cudaFuncSetAttribute(attention_prefill_f32,
 //                                  cudaFuncAttributeMaxDynamicSharedMemorySize, 52224)
-// attention_prefill_tf32x3   tensor cores, mma.sync m16n8k8 TF32 with the 3-pass hi/lo split
-// attention_prefill_tf32     the same in 1 pass (TF32 accuracy, about 1e-3 relative)
-//     grid  (ceil(s_q / 64), H, 1)      block (128, 1, 1)
-//     dynamic shared memory ATTN_MMA_SMEM_BYTES = 69,632 bytes (cudaFuncSetAttribute as above, 69632)
-// attention_prefill_tf32x3f  tf32x3 with each 8-wide mma step summed from zero, then added in fp32
+// attention_prefill_tf32x3f  tensor cores, mma.sync m16n8k8 TF32 with the 3-pass hi/lo split ("x3"),
+//                            each 8-wide mma step summed from zero, then added in fp32 ("f": fresh)
 //     grid  (ceil(s_q / 64), H, 1)      block (128, 1, 1)
 //     dynamic shared memory ATTN_MMA_F_SMEM_BYTES = 102,400 bytes (cudaFuncSetAttribute, 102400)
-//   all four prefill kernels take the same arguments:
+// attention_prefill_tf32     1 pass, long sums inside the tensor core (TF32 accuracy, about 1e-3 relative)
+//     grid  (ceil(s_q / 64), H, 1)      block (128, 1, 1)
+//     dynamic shared memory ATTN_MMA_SMEM_BYTES = 69,632 bytes (cudaFuncSetAttribute as above, 69632)
+//   (a 3-pass kernel with long tensor-core sums measured up to 3.7x torch fp32's error: not kept)
+//   all three prefill kernels take the same arguments:
 //     (const float* q, int q_stride, const float* k, const float* v, int kv_stride,
 //      float* out, int D, int s_q, int s_kv, int q_start, int causal)
 //     q:   [s_q, >= D]  row i at q + i * q_stride (head h at columns h*64 .. h*64+63)
@@ -48,6 +49,7 @@
 //     The last block to finish for (b, h) combines the partials in split order: bit-exact run to run.
 // ---------------------------------------------------------------------------------------------
 #include "common.cuh"
+#include "mma.cuh"
 
 #define ATTN_LDS 68                       // shared row stride (floats) of a 64-wide tile: 16-byte rows, no bank conflicts
 #define ATTN_TILE_FLOATS (64 * ATTN_LDS)  // one 64 x 64 tile
@@ -65,16 +67,6 @@ __device__ __forceinline__ float attn_neg_inf() { return __int_as_float(0xff8000
 // exp(s - m) for the online softmax; m == -inf (nothing seen yet) uses 0 so that -inf - -inf never happens.
 __device__ __forceinline__ float attn_safe_max(float m) { return m == attn_neg_inf() ? 0.0f : m; }
 
-// ---- cp.async (sm_80+): 16-byte global -> shared copies; invalid rows are zero-filled ----
-__device__ __forceinline__ void attn_cp_async16(float* smem_dst, const float* gsrc, bool valid) {
-    unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-    int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gsrc), "r"(n) : "memory");
-}
-__device__ __forceinline__ void attn_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void attn_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
 // Copy rows [row0, row0 + 64) of a [rows, >= D] matrix (head columns col0 .. col0 + 63) into a
 // 64 x ATTN_LDS shared tile; rows >= n_rows become zeros (so 0-probability keys never meet garbage).
 template <int NTHREADS>
@@ -86,7 +78,7 @@ __device__ __forceinline__ void attn_load_tile(float* tile, const float* __restr
         const int r = idx >> 4, c4 = (idx & 15) * 4;
         const bool valid = row0 + r < n_rows;
         const float* g = src + (size_t)(valid ? row0 + r : 0) * stride + col0 + c4;
-        attn_cp_async16(tile + r * ATTN_LDS + c4, g, valid);
+        cp_async16(tile + r * ATTN_LDS + c4, g, valid ? 16 : 0);
     }
 }
 
@@ -145,8 +137,8 @@ attention_prefill_f32(const float* __restrict__ q, int q_stride,    // q: [s_q, 
     for (int kt0 = 0; kt0 < n_keys; kt0 += 64) {
         attn_load_tile<256>(Ks, k, kv_stride, kt0, s_kv, col0);
         attn_load_tile<256>(Vs, v, kv_stride, kt0, s_kv, col0);
-        attn_cp_async_commit();
-        attn_cp_async_wait<0>();
+        cp_async_commit();
+        cp_async_wait<0>();
         __syncthreads();
 
         float s[4][4];  // s[row][c]: query ty*4+row, key kt0 + tx + 16c
@@ -250,36 +242,19 @@ attention_prefill_f32(const float* __restrict__ q, int q_stride,    // q: [s_q, 
 // permuted (logical k = t <-> key 2t, k = t+4 <-> key 2t+1); V's B fragment is read with the same
 // permutation, so the sum over keys is unchanged.
 // =============================================================================================
-__device__ __forceinline__ unsigned attn_tf32(float x) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return r;
-}
-
-__device__ __forceinline__ void attn_split(float x, unsigned& hi, unsigned& lo) {
-    hi = attn_tf32(x);
-    lo = attn_tf32(x - __uint_as_float(hi));
-}
-
-__device__ __forceinline__ void attn_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // c += a * b with a = (ah, al), b = (bh0/bl0, bh1/bl1), small terms first.
 template <int NPASS>
 __device__ __forceinline__ void attn_mma_split(float (&c)[4], const unsigned (&ah)[4], const unsigned (&al)[4],
                                                float b0, float b1) {
     if (NPASS == 3) {
         unsigned bh0, bl0, bh1, bl1;
-        attn_split(b0, bh0, bl0);
-        attn_split(b1, bh1, bl1);
-        attn_mma(c, al, bh0, bh1);
-        attn_mma(c, ah, bl0, bl1);
-        attn_mma(c, ah, bh0, bh1);
+        split_tf32(b0, bh0, bl0);
+        split_tf32(b1, bh1, bl1);
+        mma_tf32_16x8x8(c, al, bh0, bh1);
+        mma_tf32_16x8x8(c, ah, bl0, bl1);
+        mma_tf32_16x8x8(c, ah, bh0, bh1);
     } else {
-        attn_mma(c, ah, attn_tf32(b0), attn_tf32(b1));
+        mma_tf32_16x8x8(c, ah, f32_to_tf32(b0), f32_to_tf32(b1));
     }
 }
 
@@ -297,7 +272,7 @@ __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, in
     const int n_keys = attn_keys_needed(q0, s_q, s_kv, q_start, causal);
     attn_load_tile<128>(attn_smem, k, kv_stride, 0, s_kv, col0);
     attn_load_tile<128>(attn_smem + 2 * ATTN_TILE_FLOATS, v, kv_stride, 0, s_kv, col0);
-    attn_cp_async_commit();
+    cp_async_commit();
 
     // Q fragments (A operand, 8 k-steps over the 64 dims), scaled by 1/8, split hi / lo.
     // Q fragments (A operand, 8 k-steps over the 64 dims), scaled by 1/8, split hi / lo. !FRESH keeps
@@ -313,8 +288,8 @@ __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, in
             const float x[4] = {q0p[8 * kk + t], q1p[8 * kk + t], q0p[8 * kk + t + 4], q1p[8 * kk + t + 4]};
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                if (NPASS == 3) attn_split(x[e] * ATTN_SCALE, qh[kk][e], ql[kk][e]);
-                else { qh[kk][e] = attn_tf32(x[e] * ATTN_SCALE); ql[kk][e] = 0u; }
+                if (NPASS == 3) split_tf32(x[e] * ATTN_SCALE, qh[kk][e], ql[kk][e]);
+                else { qh[kk][e] = f32_to_tf32(x[e] * ATTN_SCALE); ql[kk][e] = 0u; }
             }
             if (FRESH) {
                 qf[(kk * 2) * 32] = make_uint4(qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3]);
@@ -340,10 +315,10 @@ __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, in
             float* nb = attn_smem + ((kt + 1) & 1) * ATTN_TILE_FLOATS;
             attn_load_tile<128>(nb, k, kv_stride, kt0 + 64, s_kv, col0);
             attn_load_tile<128>(nb + 2 * ATTN_TILE_FLOATS, v, kv_stride, kt0 + 64, s_kv, col0);
-            attn_cp_async_commit();
-            attn_cp_async_wait<1>();
+            cp_async_commit();
+            cp_async_wait<1>();
         } else {
-            attn_cp_async_wait<0>();
+            cp_async_wait<0>();
         }
         __syncthreads();
 
@@ -425,8 +400,8 @@ __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, in
             const float pa[4] = {s[kk][0], s[kk][2], s[kk][1], s[kk][3]};  // keys 2t (a0, a1), 2t+1 (a2, a3)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                if (NPASS == 3) attn_split(pa[e], ph[e], pl[e]);
-                else { ph[e] = attn_tf32(pa[e]); pl[e] = 0u; }
+                if (NPASS == 3) split_tf32(pa[e], ph[e], pl[e]);
+                else { ph[e] = f32_to_tf32(pa[e]); pl[e] = 0u; }
             }
             const float* vr = Vs + (8 * kk + 2 * t) * ATTN_LDS + g;
 #pragma unroll
@@ -466,15 +441,6 @@ __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, in
                 *reinterpret_cast<float2*>(orow + 8 * j) = make_float2(o[j][2 * hf] * inv, o[j][2 * hf + 1] * inv);
         }
     }
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_prefill_tf32x3(const float* __restrict__ q, int q_stride,   // q: [s_q, >= D]
-                         const float* __restrict__ k,                 // k: [s_kv, >= D]
-                         const float* __restrict__ v, int kv_stride,  // v: [s_kv, >= D]
-                         float* __restrict__ out,                     // out: [s_q, D]
-                         int D, int s_q, int s_kv, int q_start, int causal) {
-    attn_prefill_mma<3, false>(q, q_stride, k, v, kv_stride, out, D, s_q, s_kv, q_start, causal);
 }
 
 // tf32x3 with every 8-wide mma step accumulated from zero and added to the running sums with fp32

@@ -2,11 +2,10 @@
 // LM head C[M,N] = A[M,K] @ B[N,K]^T. All matrices row-major and contiguous, float32.
 //
 // Arithmetic variants (the first word of each name):
-//   f32     plain FFMA on a register-blocked SIMT tile: the simple baseline.
 //   tf32x3  mma.sync m16n8k8 TF32 tensor cores, each operand split x = hi + lo (hi = tf32(x),
-//           lo = tf32(x - hi)), acc += (lo*hi' + hi*lo' + hi*hi') per k8 step, the step's sum
-//           formed in the tensor core and added to acc with a round-to-nearest FADD:
-//           fp32-level accuracy.
+//           lo = tf32(x - hi)), (lo*hi' + hi*lo' + hi*hi') per k8 step, the step's sum
+//           formed in the tensor core and added up with round-to-nearest FADDs (per k tile,
+//           then per tile into acc): fp32-level accuracy.
 //           The engine's default fp32 precision mode runs this.
 //   tf32    the same kernel with one pass (acc += tf32(a) * tf32(b)).
 // Epilogues (the second word): bias (C = AB + bias), bias_gelu (C = gelu_tanh(AB + bias)),
@@ -31,8 +30,6 @@
 //         = GEMM_STAGES * (GEMM_BM * GEMM_LDK + max(GEMM_BK * (GEMM_BN + 8), GEMM_BN * GEMM_LDK)) * 4
 //         = 110592 bytes for 128x128 (needs cudaFuncSetAttribute(MaxDynamicSharedMemorySize)),
 //           82944 for 128x64, 55296 for 64x64.
-//   SIMT kernels gemm_f32_*:
-//     grid  = (ceil(M / 64), ceil(N / 64), 1), block = (256, 1, 1), no dynamic shared memory.
 // grid.x walks M so that blocks running together share B's column tile (the wte tile of nt).
 
 #include "common.cuh"
@@ -63,9 +60,6 @@
 
 // Which arithmetic variants this compilation holds (all by default; gpt2block's loader builds one
 // module per variant and tile, so a process compiles only what it runs).
-#ifndef GEMM_WITH_F32
-#define GEMM_WITH_F32 1
-#endif
 #ifndef GEMM_WITH_TF32
 #define GEMM_WITH_TF32 1
 #endif
@@ -220,6 +214,14 @@ __device__ __forceinline__ void gemm_mma_body(const float* __restrict__ A, const
     }
 
     for (int kt = 0; kt < KT; ++kt) {
+        // tf32x3: this k tile's sum, added to acc once at the end of the tile (see below).
+        float tile_sum[PASSES == 3 ? MT : 1][NT8][4];
+#pragma unroll
+        for (int i = 0; i < (PASSES == 3 ? MT : 1); ++i)
+#pragma unroll
+            for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) tile_sum[i][j][e] = 0.0f;
         cp_async_wait<GEMM_STAGES - 2>();  // tile kt has landed (for this thread)
         __syncthreads();                   // ... for every thread; and stage (kt-1) % S is free
         {
@@ -267,8 +269,11 @@ __device__ __forceinline__ void gemm_mma_body(const float* __restrict__ A, const
             }
             if (PASSES == 3) {
                 // Each k8 step's three products are summed inside the tensor core from zero, then
-                // added to the accumulator by an FADD: the tensor core's internal accumulation
-                // rounds toward zero, the FADD to nearest, so only one short sum is truncated.
+                // added to the k tile's sum by an FADD, and the tile's sum to acc once per tile:
+                // the tensor core's internal accumulation rounds toward zero, the FADDs to nearest,
+                // so only short sums are truncated and the long running sum takes K / GEMM_BK
+                // roundings, not K / 8 (measured: error against float64 0.2-0.6x torch fp32's at
+                // M >= 100, about half of a single-level sum's).
                 // Small cross terms first, then the big one; one pass over the n8 tiles at a time
                 // so that consecutive MMAs are independent.
 #pragma unroll
@@ -287,7 +292,7 @@ __device__ __forceinline__ void gemm_mma_body(const float* __restrict__ A, const
 #pragma unroll
                     for (int j = 0; j < NT8; ++j)
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) acc[i][j][e] += part[j][e];
+                        for (int e = 0; e < 4; ++e) tile_sum[i][j][e] += part[j][e];
                 }
             } else {
 #pragma unroll
@@ -295,6 +300,14 @@ __device__ __forceinline__ void gemm_mma_body(const float* __restrict__ A, const
 #pragma unroll
                     for (int j = 0; j < NT8; ++j) mma_tf32_16x8x8(acc[i][j], ah[i], bh[j]);
             }
+        }
+        if (PASSES == 3) {
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[i][j][e] += tile_sum[i][j][e];
         }
     }
     cp_async_wait<0>();  // no copy may be left in flight when the block exits
@@ -316,85 +329,6 @@ __device__ __forceinline__ void gemm_mma_body(const float* __restrict__ A, const
 }
 
 // ---------------------------------------------------------------------------------------------
-// SIMT fp32 kernel: 64 x 64 block tile, 256 threads, 4 x 4 outputs per thread, k step 16.
-// Tiles are staged through registers with bounds checks (any alignment), A stored k-major.
-
-#define GEMM_F32_BM 64
-#define GEMM_F32_BN 64
-#define GEMM_F32_BK 16
-#define GEMM_F32_LD (64 + 4)
-
-template <int EPI, bool NT>
-__device__ __forceinline__ void gemm_f32_body(const float* __restrict__ A, const float* __restrict__ B,
-                                              const float* __restrict__ bias, const float* R, float* C, int M,
-                                              int N, int K) {
-    __shared__ __align__(16) float sA[GEMM_F32_BK][GEMM_F32_LD];  // [k][m]
-    __shared__ __align__(16) float sB[GEMM_F32_BK][GEMM_F32_LD];  // [k][n]
-    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-    const int m0 = blockIdx.x * GEMM_F32_BM, n0 = blockIdx.y * GEMM_F32_BN;
-
-    float acc[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
-
-    for (int k0 = 0; k0 < K; k0 += GEMM_F32_BK) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int e = tid + i * 256;
-            {  // A: row e / 16, k e % 16 (16 consecutive k per row: coalesced)
-                const int r = e / GEMM_F32_BK, kk = e % GEMM_F32_BK;
-                const int gr = m0 + r, gk = k0 + kk;
-                sA[kk][r] = (gr < M && gk < K) ? __ldg(A + (long long)gr * K + gk) : 0.0f;
-            }
-            if (NT) {  // B [N, K]: row n = e / 16, k = e % 16
-                const int c = e / GEMM_F32_BK, kk = e % GEMM_F32_BK;
-                const int gn = n0 + c, gk = k0 + kk;
-                sB[kk][c] = (gn < N && gk < K) ? __ldg(B + (long long)gn * K + gk) : 0.0f;
-            } else {  // B [K, N]: k = e / 64, n = e % 64
-                const int kk = e / GEMM_F32_BN, c = e % GEMM_F32_BN;
-                const int gn = n0 + c, gk = k0 + kk;
-                sB[kk][c] = (gn < N && gk < K) ? __ldg(B + (long long)gk * N + gn) : 0.0f;
-            }
-        }
-        __syncthreads();
-        // Each k tile's 16 products are summed apart, then added to acc: the long running sum
-        // takes K / 16 roundings instead of K (error ~4x below a plain FMA chain).
-        float part[4][4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) part[i][j] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < GEMM_F32_BK; ++kk) {
-            const float4 a = *reinterpret_cast<const float4*>(&sA[kk][ty * 4]);
-            const float4 b = *reinterpret_cast<const float4*>(&sB[kk][tx * 4]);
-            const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) part[i][j] = fmaf(av[i], bv[j], part[i][j]);
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) acc[i][j] += part[i][j];
-        __syncthreads();
-    }
-
-    const bool pair = (N & 1) == 0 && gemm_aligned(C, 8) && (EPI != GEMM_EPI_RESIDUAL || gemm_aligned(R, 8));
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int row = m0 + ty * 4 + i;
-        if (row >= M) continue;
-#pragma unroll
-        for (int j = 0; j < 4; j += 2)
-            gemm_store2<EPI>(C, bias, R, row, n0 + tx * 4 + j, N, pair, acc[i][j], acc[i][j + 1]);
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // The exported kernels: gemm_<variant>_<epilogue>.
 
 #define GEMM_PARAMS                                                                                    \
@@ -404,11 +338,6 @@ __device__ __forceinline__ void gemm_f32_body(const float* __restrict__ A, const
 #define GEMM_MMA_KERNEL(name, passes, epi, nt)                                         \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS) name(GEMM_PARAMS) {   \
         gemm_mma_body<passes, epi, nt>(A, B, bias, R, C, M, N, K);                     \
-    }
-
-#define GEMM_F32_KERNEL(name, epi, nt)                                     \
-    extern "C" __global__ void __launch_bounds__(256) name(GEMM_PARAMS) { \
-        gemm_f32_body<epi, nt>(A, B, bias, R, C, M, N, K);                 \
     }
 
 #if GEMM_WITH_TF32X3
@@ -425,11 +354,4 @@ GEMM_MMA_KERNEL(gemm_tf32_bias_gelu, 1, GEMM_EPI_GELU, false)
 GEMM_MMA_KERNEL(gemm_tf32_bias_residual, 1, GEMM_EPI_RESIDUAL, false)
 GEMM_MMA_KERNEL(gemm_tf32_nt, 1, GEMM_EPI_NONE, true)
 
-#endif
-
-#if GEMM_WITH_F32
-GEMM_F32_KERNEL(gemm_f32_bias, GEMM_EPI_BIAS, false)
-GEMM_F32_KERNEL(gemm_f32_bias_gelu, GEMM_EPI_GELU, false)
-GEMM_F32_KERNEL(gemm_f32_bias_residual, GEMM_EPI_RESIDUAL, false)
-GEMM_F32_KERNEL(gemm_f32_nt, GEMM_EPI_NONE, true)
 #endif

@@ -1,5 +1,6 @@
-// mma.cuh: inline-PTX helpers for the matrix kernels (gemm.cu): cp.async copies into
-// shared memory, TF32 rounding and splitting, and the m16n8k8 TF32 tensor-core MMA.
+// mma.cuh: inline-PTX helpers for the matrix kernels: cp.async copies into
+// shared memory, TF32 rounding and splitting, and the m16n8k8 TF32 tensor-core MMA (used by
+// gemm.cu and attention.cu).
 // Device code only (sm_80 and later); no host headers, so NVRTC compiles it as is.
 #pragma once
 
@@ -22,12 +23,13 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_by
                  "r"(src_bytes));
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// commit / wait carry a memory clobber: the compiler may not move shared-memory reads across them.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 // Wait until at most N of this thread's committed groups are still in flight.
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // fp32 -> tf32 (round to nearest, ties away from zero); the low 13 bits of the result are 0,
@@ -56,4 +58,10 @@ __device__ __forceinline__ void mma_tf32_16x8x8(float (&d)[4], const unsigned (&
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// The same with the B fragment as two registers.
+__device__ __forceinline__ void mma_tf32_16x8x8(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    const unsigned b[2] = {b0, b1};
+    mma_tf32_16x8x8(d, a, b);
 }

@@ -1,13 +1,13 @@
 #!/usr/bin/env python
 """GPU check of kernels/attention.cu through gpt2block.backends.cuda_attention: accuracy, then speed.
 
-Accuracy: every prefill variant (f32, tf32x3, tf32) on causal and non-causal cases (S from 1 to
+Accuracy: every prefill variant (f32, tf32x3f, tf32) on causal and non-causal cases (S from 1 to
 8192, every GPT-2 width, chunked prefill with q_start > 0, the solve() layout with q/k/v inside
 one [S, 3D] buffer and the model's layout with K/V in a cache), and decode (B = 1, 3, 8, mixed
 lengths, K/V cache positions past each row's length filled with NaN); fresh N(0, 1) data, also
 scaled x10 to stress the softmax; outputs poisoned with NaN before each run. Each output is
 compared with a float64 NumPy reference and with torch float32 (TF32 off) against the same
-reference: f32 and tf32x3 must stay within 2x torch's error plus one float32 ulp of the output's
+reference: f32 and tf32x3f must stay within 2x torch's error plus one float32 ulp of the output's
 scale; tf32 (1 pass) within TF32_LIMIT. Large cases compare a sample of query rows (all rows
 are still checked for NaN).
 

@@ -8,8 +8,8 @@ raises ValueError / TypeError naming it, before anything is launched.
 
     attention_prefill(q, k, v, out, n_head=, s_q=, s_kv=, causal=, q_start=, q_stride=, kv_stride=, variant=)
         out [s_q, D] = softmax(q k^T / 8 (+ causal mask)) v per head; variant "f32" (FFMA),
-        "tf32x3" (tensor cores, 3-pass split: fp32-level accuracy), "tf32x3f" (the same, each
-        8-wide tensor-core step summed from zero and added in fp32) or "tf32" (1 pass).
+        "tf32x3f" (tensor cores, 3-pass split, each 8-wide tensor-core step summed from zero and
+        added in fp32: fp32-level accuracy) or "tf32" (1 pass).
     attention_decode(q, k_cache, v_cache, lengths, out, n_head=, q_stride=, cache_batch_stride=, max_len=)
         out [B, D]: one query per row over lengths[b] cached keys; the keys are split across
         blocks (DecodeWorkspace holds the partials), combined deterministically in-kernel.
@@ -28,7 +28,6 @@ LDS = 68  # shared row stride (floats) of a tile, as ATTN_LDS in attention.cu
 # variant -> (kernel name, threads per block, dynamic shared memory in bytes)
 PREFILL_VARIANTS = {
     "f32": ("attention_prefill_f32", 256, 3 * TILE * LDS * 4),
-    "tf32x3": ("attention_prefill_tf32x3", 128, 4 * TILE * LDS * 4),
     "tf32x3f": ("attention_prefill_tf32x3f", 128, 4 * TILE * LDS * 4 + 4 * 8 * 2 * 32 * 16),
     "tf32": ("attention_prefill_tf32", 128, 4 * TILE * LDS * 4),
 }

@@ -5,15 +5,16 @@ All arguments are CuPy arrays on the current device, C-contiguous (views are fin
 function checks shapes, dtypes, contiguity and aliasing and raises ValueError naming the
 argument before anything is launched. Nothing here synchronizes the stream.
 
-    gemm(a, b, bias, out)      out[M,N] = epi(a[M,K] @ b[K,N] + bias[N])     tensor cores / SIMT
+    gemm(a, b, bias, out)      out[M,N] = epi(a[M,K] @ b[K,N] + bias[N])     tensor cores
     gemm_nt(a, b, out)         out[M,N] = a[M,K] @ b[N,K]^T                  tied LM head
     gemv(x, w, bias, out)      the same as gemm for M <= GEMV_MAX_M; w float32 or bf16 bits
     gemv_nt(x, w, out)         the same as gemm_nt for M <= GEMV_MAX_M
     linear / linear_nt         pick gemv or gemm from M and the weights' dtype
 
 Variants of the GEMM arithmetic (VARIANTS): ``tf32x3`` (3-pass split TF32, fp32-level
-accuracy: the fp32 precision mode), ``tf32`` (one TF32 pass), ``f32`` (plain FFMA baseline).
-GEMV always accumulates in float32 with FFMA, whatever the weights' storage.
+accuracy: the fp32 precision mode), ``tf32`` (one TF32 pass). ``linear`` sends M <= GEMV_MAX_M
+to the GEMV in every mode: at M = 1 a GEMM's long per-output sums are less accurate than the
+GEMV's (and slower). GEMV always accumulates in float32 with FFMA, whatever the weights' storage.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 
 from .cuda_modules import kernel, launch
 
-VARIANTS = ("f32", "tf32x3", "tf32")
+VARIANTS = ("tf32x3", "tf32")
 EPILOGUES = ("bias", "bias_gelu", "bias_residual")
 GEMV_MAX_M = 8  # = GEMV_MAX_M in kernels/gemv.cu
 
@@ -33,7 +34,6 @@ GEMV_MAX_M = 8  # = GEMV_MAX_M in kernels/gemv.cu
 # GEMM tiles. The .cu reads these through its GEMM_* defines; smem_bytes mirrors GEMM_SMEM_BYTES.
 
 _GEMM_BK, _GEMM_STAGES = 32, 3  # GEMM_BK, GEMM_STAGES in kernels/gemm.cu
-_GEMM_F32_TILE, _GEMM_F32_THREADS = 64, 256  # GEMM_F32_BM/BN and block size of the SIMT kernels
 
 
 @dataclass(frozen=True)
@@ -70,9 +70,8 @@ TILES = (
     Tile(64, 64, 2, 2, per_sm=3, speed=0.8),  # warp tile 32 x 32, 128 threads
 )
 _VARIANT_DEFINES = {
-    "f32": (("GEMM_WITH_F32", 1), ("GEMM_WITH_TF32", 0), ("GEMM_WITH_TF32X3", 0)),
-    "tf32": (("GEMM_WITH_F32", 0), ("GEMM_WITH_TF32", 1), ("GEMM_WITH_TF32X3", 0)),
-    "tf32x3": (("GEMM_WITH_F32", 0), ("GEMM_WITH_TF32", 0), ("GEMM_WITH_TF32X3", 1)),
+    "tf32": (("GEMM_WITH_TF32", 1), ("GEMM_WITH_TF32X3", 0)),
+    "tf32x3": (("GEMM_WITH_TF32", 0), ("GEMM_WITH_TF32X3", 1)),
 }
 
 
@@ -178,11 +177,6 @@ def _launch_gemm(variant, suffix, a, b, bias, residual, out, m, n, k, stream, ti
     args = (a, b, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"))
     name = f"gemm_{variant}_{suffix}"
-    if variant == "f32":
-        fn = kernel("gemm", name, _VARIANT_DEFINES["f32"])
-        grid = (-(-m // _GEMM_F32_TILE), -(-n // _GEMM_F32_TILE), 1)
-        launch(fn, grid, (_GEMM_F32_THREADS, 1, 1), args, 0, stream)
-        return
     if tile is None:
         tile = pick_tile(m, n)
     elif tile not in TILES:

@@ -11,7 +11,8 @@ import cupy as cp
 from .cuda_modules import kernel, launch
 
 LN_WARPS = 4
-LN_MAX_VEC = 13  # layernorm.cu holds a row in registers: D <= 128 * LN_MAX_VEC
+LN_MAX_VEC = 13  # layernorm.cu holds a row in registers: D <= 128 * LN_MAX_VEC (a module per
+# ceil(D / 128), so a narrow row does not pay a wide row's registers)
 LN_MAX_D = 128 * LN_MAX_VEC
 ARGMAX_THREADS = 1024
 
@@ -47,7 +48,7 @@ def layernorm(x, g, b, y, eps: float) -> None:
     for n, a in (("g", g), ("b", b)):
         if _f32(n, a, 1).shape[0] != d:
             raise ValueError(f"{n} must have shape ({d},); got {a.shape}")
-    k = kernel("layernorm", "layernorm_f32", (("LN_WARPS", LN_WARPS), ("LN_MAX_VEC", LN_MAX_VEC)))
+    k = kernel("layernorm", "layernorm_f32", (("LN_WARPS", LN_WARPS), ("LN_MAX_VEC", -(-d // 128))))
     launch(k, (-(-rows // LN_WARPS),), (32 * LN_WARPS,),
            (x, g, b, y, cp.int32(rows), cp.int32(d), cp.int32(xs), cp.int32(ys), cp.float32(eps)))
 

@@ -1,6 +1,7 @@
 """The matrix kernels (kernels/gemm.cu, kernels/gemv.cu through backends/cuda_linear.py)
-against a float64 reference on awkward shapes: fp32-mode variants (tf32x3 and f32 GEMM,
-float32 and bf16 GEMV) within twice torch fp32's error, tf32 within 1e-3 of the output's scale.
+against a float64 reference on awkward shapes: fp32-mode variants (tf32x3 GEMM from M = 9, the
+smallest M that linear() gives it; float32 and bf16 GEMV below) within twice torch fp32's error,
+tf32 within 1e-3 of the output's scale.
 The cases are a subset of scripts/check_linear.py's (which runs the full lists and the timings);
 the checking functions are that script's."""
 
@@ -33,15 +34,15 @@ def _case_id(c: dict) -> str:
 
 def _gemm_cases() -> list:
     cases = []
-    for variant in ("tf32x3", "tf32", "f32"):
+    for variant in ("tf32x3", "tf32"):
         for d in (768, 1600):
             for k, n in ((d, 3 * d), (d, d), (d, 4 * d), (4 * d, d)):
-                for m in (1, 3, 100, 1025):
+                for m in (9, 100, 1025):
                     cases.append(dict(variant=variant, m=m, k=k, n=n))
         cases += [
             dict(variant=variant, m=30, k=768, n=3072, epilogue="bias_gelu"),
             dict(variant=variant, m=1023, k=768, n=3072, epilogue="bias_gelu"),
-            dict(variant=variant, m=2, k=768, n=768, epilogue="bias_residual"),
+            dict(variant=variant, m=9, k=768, n=768, epilogue="bias_residual"),
             dict(variant=variant, m=1025, k=3072, n=768, epilogue="bias_residual"),
             dict(variant=variant, m=100, k=3072, n=768, epilogue="bias_residual", inplace=True),
             dict(variant=variant, m=7, k=30, n=5),
@@ -49,7 +50,7 @@ def _gemm_cases() -> list:
             dict(variant=variant, m=1, k=1, n=1),
             dict(variant=variant, m=100, k=768, n=768, epilogue="bias_gelu", offset=1),
             dict(variant=variant, m=100, k=768, n=770, epilogue="bias_residual", offset=2),
-            dict(variant=variant, m=1, k=768, n=50257, nt=True),
+            dict(variant=variant, m=9, k=768, n=50257, nt=True),
             dict(variant=variant, m=30, k=768, n=50257, nt=True),
             dict(variant=variant, m=1025, k=1600, n=50257, nt=True),
             dict(variant=variant, m=37, k=30, n=101, nt=True),
@@ -150,3 +151,22 @@ def test_bf16_rounding_is_nearest_even(checks):
     assert back[3] == 1.0 + 2**-7 and back[4] == -2.5
     assert np.isfinite(back[5]) and abs(back[5] / 3.0e38 - 1) <= 2**-8
     assert np.isinf(back[6]) and np.isnan(back[7])
+
+
+@pytest.mark.parametrize("m", [1, 8, 9])
+def test_linear_sends_small_m_to_the_gemv(checks, m):
+    """linear() runs the GEMV for M <= GEMV_MAX_M and the GEMM above: bit-equal to calling each."""
+    import cupy as cp
+
+    L = checks.L
+    rng = cp.random.default_rng(m)
+    a = rng.standard_normal((m, 768), dtype=cp.float32)
+    b = rng.standard_normal((768, 2304), dtype=cp.float32) * 0.02
+    bias = rng.standard_normal(2304, dtype=cp.float32) * 0.02
+    got, want = (cp.full((m, 2304), cp.nan, cp.float32) for _ in range(2))
+    L.linear(a, b, bias, got, variant="tf32x3")
+    if m <= L.GEMV_MAX_M:
+        L.gemv(a, b, bias, want)
+    else:
+        L.gemm(a, b, bias, want, variant="tf32x3")
+    assert cp.array_equal(got.view(cp.uint32), want.view(cp.uint32))
