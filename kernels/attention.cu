@@ -46,6 +46,7 @@
 //     part_acc: [B * H * n_splits * 64] floats, part_ml: [B * H * n_splits * 2] floats (scratch);
 //     counters: [B * H] int32, ZERO before the first launch; each launch leaves them zero again.
 //     With n_splits == 1 the scratch and counters are not touched (may be any pointers).
+//     Splits past a row's length leave at once: a short row costs its own keys, not max_len's.
 //     The last block to finish for (b, h) combines the partials in split order: bit-exact run to run.
 // ---------------------------------------------------------------------------------------------
 #include "common.cuh"
@@ -492,8 +493,18 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
     const int split = blockIdx.x, n_splits = gridDim.x, h = blockIdx.y, b = blockIdx.z, H = gridDim.y;
     const int len = lengths[b];
     const bool bad = len < 1 || len > max_len;
-    const int k0 = split * chunk, k1 = bad ? k0 : min(len, k0 + chunk);
-    const int n = max(k1 - k0, 0);
+    // Only the splits that hold keys take part (the grid is sized for max_len, so that one
+    // captured graph serves every step): the others leave at once and are not counted.
+    // A bad length: split 0 alone writes NaN.
+    const int n_active = bad ? 1 : min(n_splits, (len + chunk - 1) / chunk);
+    if (split >= n_active) return;
+    float* orow = out + (size_t)b * D + h * 64;
+    if (bad) {
+        if (tid < 64) orow[tid] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const int k0 = split * chunk, k1 = min(len, k0 + chunk);
+    const int n = k1 - k0;  // >= 1
 
     const size_t row_off = (size_t)b * (size_t)cache_batch_stride + (size_t)h * 64 + lane16 * 4;
     float4 qv = *reinterpret_cast<const float4*>(q + (size_t)b * q_stride + h * 64 + lane16 * 4);
@@ -551,9 +562,8 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
         for (int gi = 0; gi < 8; ++gi) a += red[gi][tid];
     }
 
-    float* orow = out + (size_t)b * D + h * 64;
-    if (n_splits == 1) {
-        if (tid < 64) orow[tid] = bad ? __int_as_float(0x7fc00000) : a / sum;
+    if (n_active == 1) {
+        if (tid < 64) orow[tid] = a / sum;
         return;
     }
 
@@ -567,7 +577,7 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
     __syncthreads();
     if (tid == 0) {
         const int ticket = atomicAdd(&counters[b * H + h], 1);
-        is_last = ticket == n_splits - 1;
+        is_last = ticket == n_active - 1;
         if (is_last) counters[b * H + h] = 0;  // ready for the next launch
     }
     __syncthreads();
@@ -577,14 +587,16 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
     if (tid < 64) {
         const size_t p0 = ((size_t)b * H + h) * n_splits;
         float M = attn_neg_inf();
-        for (int s = 0; s < n_splits; ++s) M = fmaxf(M, __ldcg(part_ml + (p0 + s) * 2));
+#pragma unroll 8
+        for (int s = 0; s < n_active; ++s) M = fmaxf(M, __ldcg(part_ml + (p0 + s) * 2));
         const float Mb = attn_safe_max(M);
         float L = 0.f, A = 0.f;
-        for (int s = 0; s < n_splits; ++s) {
+#pragma unroll 8
+        for (int s = 0; s < n_active; ++s) {
             const float w = expf(__ldcg(part_ml + (p0 + s) * 2) - Mb);
             L = fmaf(__ldcg(part_ml + (p0 + s) * 2 + 1), w, L);
             A = fmaf(__ldcg(part_acc + (p0 + s) * 64 + tid), w, A);
         }
-        orow[tid] = bad ? __int_as_float(0x7fc00000) : A / L;
+        orow[tid] = A / L;
     }
 }

@@ -11,19 +11,30 @@
 //     only when gridDim.y > 1 (else NULL is fine); the counters must be zero before the first
 //     launch and are left zero by every launch.
 //     Requirements: 1 <= M <= GEMV_MAX_M; N % GEMV_CPT == 0 (4 for f32, 8 for bf16); w 16-byte aligned.
-//   gemv_{f32,bf16}_nt: y[M,V] = x[M,K] @ w[V,K]^T (the tied LM head over wte)
-//     (const float* x, const W* w, float* y, int M, int V, int K)
-//     Requirements: 1 <= M <= GEMV_MAX_M; K % 4 == 0 (f32) or K % 8 == 0 (bf16); x and w 16-byte aligned.
+//   gemv_{f32,bf16}_nt[_ln][_<epilogue>]: y[M,N] = epi(x'[M,K] @ w[N,K]^T (+ bias[N])), w holding
+//     W transposed (the decode copies of the block matrices; wte for the tied LM head):
+//       gemv_*_nt                  y = x @ w^T
+//       gemv_*_nt_ln               y = LN(x) @ w^T                    (ln_f + LM head)
+//       gemv_*_nt_ln_bias          y = LN(x) @ w^T + bias             (ln_1 + QKV)
+//       gemv_*_nt_ln_bias_gelu     y = gelu(LN(x) @ w^T + bias)       (ln_2 + FC)
+//       gemv_*_nt_bias_residual    y = R + x @ w^T + bias             (attention and MLP projections)
+//       gemv_*_nt_bias, gemv_*_nt_bias_gelu   without the LayerNorm
+//     (const float* x, const W* w, const float* bias, const float* R, float* y,
+//      const float* ln_g, const float* ln_b, int M, int N, int K, float eps)
+//     x [M, K] contiguous, w [N, K], bias [N] / R [M, N] / ln_g, ln_b [K] where used (else NULL).
+//     Requirements: 1 <= M <= GEMV_MAX_M; K % 4 == 0 (f32) or K % 8 == 0 (bf16); x, w 16-byte aligned.
 //
-// Launch recipe (256 threads per block, no dynamic shared memory):
-//   gemv_*_{bias,bias_gelu,bias_residual}:
+// Launch recipe:
+//   gemv_*_{bias,bias_gelu,bias_residual}: 256 threads per block, no dynamic shared memory,
 //     grid = (ceil(N / COLS), splits, 1), COLS = 8 * GEMV_CPT (32 columns f32, 64 bf16),
 //     k_per_split = a multiple of 32 with splits = ceil(K / k_per_split) (gpt2block's wrapper picks
 //     splits so that grid.x * splits is about 4 blocks per SM; any choice gives a correct result).
 //     Split-K reduction: each block of a column strip writes its partial sums to ws; the last to
 //     finish (counted on counters[blockIdx.x]) adds the strip's partials in split order 0, 1, ...
 //     and applies the epilogue. The order is fixed, so results repeat bit for bit.
-//   gemv_*_nt: grid = (ceil(V / 16), 1, 1): 8 warps, each owning 2 vocabulary rows.
+//   gemv_*_nt*: grid = (ceil(N / GEMV_NT_WARPS), 1, 1), block = 32 * GEMV_NT_WARPS (128): one warp
+//     per output column; dynamic shared memory M * K * 4 bytes for the _ln kernels (the
+//     normalized rows; above 48 KB needs the opt-in attribute), else 0.
 
 #include "common.cuh"
 
@@ -32,11 +43,11 @@
 #define GEMV_TPR 8                            // threads across one weight row's strip
 #define GEMV_RPP (GEMV_THREADS / GEMV_TPR)    // weight rows per pass: 32
 #define GEMV_UNROLL 4                         // 16-byte weight loads in flight per thread
-#define GEMV_NT_ROWS 2                        // vocabulary rows per warp (nt)
 
 #define GEMV_EPI_BIAS 0
 #define GEMV_EPI_GELU 1
 #define GEMV_EPI_RESIDUAL 2
+#define GEMV_EPI_NONE 3
 
 // 16 bytes of weights as floats: 4 f32 or 8 bf16 (bf16 -> f32 is a 16-bit shift).
 template <bool BF16>
@@ -187,60 +198,132 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 }
 
 // ---------------------------------------------------------------------------------------------
-// y[M, V] = x[M, K] @ w[V, K]^T: each warp owns GEMV_NT_ROWS vocabulary rows, lanes stride
-// along K with 16-byte loads, one warp_sum per (row, m).
+// nt: y[M, N] = epi(x'[M, K] @ w[N, K]^T (+ bias)), w holding W transposed (each output reads one
+// contiguous weight row: the decode layout, and the tied LM head over wte). One warp per output;
+// the lanes stride along K with 16-byte loads, GEMV_NT_UNROLL of them in flight per lane (the
+// first batch is issued before the LayerNorm prologue, so it overlaps it); one warp_sum per row m.
+// LN: x' = LayerNorm(x; ln_g, ln_b) of each row, staged in shared memory [M][K] by every block
+// (row statistics in float64, as in layernorm.cu); otherwise x' = x read through the L1 cache.
+
+#define GEMV_NT_WARPS 4   // outputs per block of 128 threads
+#define GEMV_NT_UNROLL 8  // 16-byte weight loads per lane per batch
 
 template <bool BF16>
+struct GemvRaw;  // 16 raw bytes of weights
+template <>
+struct GemvRaw<false> {
+    typedef float4 T;
+};
+template <>
+struct GemvRaw<true> {
+    typedef uint4 T;
+};
+
+__device__ __forceinline__ void gemv_unpack(const float4& v, float (&w)[4]) {
+    w[0] = v.x;
+    w[1] = v.y;
+    w[2] = v.z;
+    w[3] = v.w;
+}
+__device__ __forceinline__ void gemv_unpack(const uint4& v, float (&w)[8]) {
+    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        w[2 * i] = __uint_as_float(u[i] << 16);
+        w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+}
+
+// Rows 0 .. M-1 of x [M, K] into xs [M][K] as LayerNorm(x; g, b): one warp per row.
+__device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const float* __restrict__ g,
+                                             const float* __restrict__ b, float* xs, int M, int K, float eps) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    float4* xs4 = reinterpret_cast<float4*>(xs);
+    for (int i = threadIdx.x; i < M * K / 4; i += blockDim.x) xs4[i] = __ldg(x4 + i);
+    __syncthreads();
+    for (int m = warp; m < M; m += nwarps) {
+        float* row = xs + m * K;
+        double sum = 0.0;
+        for (int k = lane; k < K; k += 32) sum += row[k];
+        const double mean = warp_sum(sum) / K;
+        double sq = 0.0;
+        for (int k = lane; k < K; k += 32) {
+            const double d = row[k] - mean;
+            sq += d * d;
+        }
+        const double rstd = 1.0 / sqrt(warp_sum(sq) / K + (double)eps);
+        for (int k = lane; k < K; k += 32) row[k] = fmaf((float)((row[k] - mean) * rstd), __ldg(g + k), __ldg(b + k));
+    }
+    __syncthreads();
+}
+
+template <bool BF16, int EPI, bool LN>
 __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const typename GemvW<BF16>::T* __restrict__ w,
-                                             float* __restrict__ y, int M, int V, int K) {
+                                             const float* __restrict__ bias, const float* R, float* y,
+                                             const float* __restrict__ ln_g, const float* __restrict__ ln_b,
+                                             int M, int N, int K, float eps) {
     constexpr int CPT = GemvW<BF16>::CPT;
+    typedef typename GemvRaw<BF16>::T Raw;
+    extern __shared__ float4 gemv_smem4[];
+    float* xs = reinterpret_cast<float*>(gemv_smem4);  // LN: [M][K]
+
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int v0 = (blockIdx.x * (GEMV_THREADS / 32) + warp) * GEMV_NT_ROWS;
-    if (v0 >= V) return;  // whole warp leaves together
+    const int n = blockIdx.x * GEMV_NT_WARPS + warp;
+    const bool active = n < N;  // no early return: the LN prologue needs every thread
+    const typename GemvW<BF16>::T* wr = w + (long long)(active ? n : 0) * K;
+    constexpr int STEP = 32 * CPT;  // K covered by one load of every lane
 
-    float acc[GEMV_NT_ROWS][GEMV_MAX_M];
+    Raw wv[GEMV_NT_UNROLL];
+    auto load_batch = [&](int k0) {
 #pragma unroll
-    for (int j = 0; j < GEMV_NT_ROWS; ++j)
-#pragma unroll
-        for (int m = 0; m < GEMV_MAX_M; ++m) acc[j][m] = 0.0f;
+        for (int u = 0; u < GEMV_NT_UNROLL; ++u) {
+            const int k = k0 + u * STEP;
+            if (active && k < K) wv[u] = __ldg(reinterpret_cast<const Raw*>(wr + k));
+        }
+    };
+    int k0 = lane * CPT;
+    load_batch(k0);
+    if (LN) gemv_ln_rows(x, ln_g, ln_b, xs, M, K, eps);
+    if (!active) return;
 
-    for (int k = lane * CPT; k < K; k += 32 * CPT) {
-        float wv[GEMV_NT_ROWS][CPT];
+    float acc[GEMV_MAX_M];
 #pragma unroll
-        for (int j = 0; j < GEMV_NT_ROWS; ++j) {
-            if (v0 + j < V) {
-                GemvW<BF16>::load(w + (long long)(v0 + j) * K + k, wv[j]);
-            } else {
+    for (int m = 0; m < GEMV_MAX_M; ++m) acc[m] = 0.0f;
+    for (;;) {
 #pragma unroll
-                for (int c = 0; c < CPT; ++c) wv[j][c] = 0.0f;
+        for (int u = 0; u < GEMV_NT_UNROLL; ++u) {
+            const int k = k0 + u * STEP;
+            if (k >= K) break;
+            float wf[CPT];
+            gemv_unpack(wv[u], wf);
+#pragma unroll
+            for (int m = 0; m < GEMV_MAX_M; ++m) {
+                if (m >= M) break;
+                const float* xm = (LN ? xs : x) + (long long)m * K + k;
+#pragma unroll
+                for (int c = 0; c < CPT; c += 4) {
+                    const float4 q = LN ? *reinterpret_cast<const float4*>(xm + c)
+                                        : __ldg(reinterpret_cast<const float4*>(xm + c));
+                    acc[m] = fmaf(q.x, wf[c], acc[m]);
+                    acc[m] = fmaf(q.y, wf[c + 1], acc[m]);
+                    acc[m] = fmaf(q.z, wf[c + 2], acc[m]);
+                    acc[m] = fmaf(q.w, wf[c + 3], acc[m]);
+                }
             }
         }
-#pragma unroll
-        for (int m = 0; m < GEMV_MAX_M; ++m) {
-            if (m >= M) break;
-            float xv[CPT];
-#pragma unroll
-            for (int c = 0; c < CPT; c += 4) {
-                const float4 q = __ldg(reinterpret_cast<const float4*>(x + (long long)m * K + k + c));
-                xv[c] = q.x;
-                xv[c + 1] = q.y;
-                xv[c + 2] = q.z;
-                xv[c + 3] = q.w;
-            }
-#pragma unroll
-            for (int j = 0; j < GEMV_NT_ROWS; ++j)
-#pragma unroll
-                for (int c = 0; c < CPT; ++c) acc[j][m] = fmaf(xv[c], wv[j][c], acc[j][m]);
-        }
+        k0 += GEMV_NT_UNROLL * STEP;
+        if (k0 - lane * CPT >= K) break;
+        load_batch(k0);
     }
 
 #pragma unroll
-    for (int j = 0; j < GEMV_NT_ROWS; ++j) {
-#pragma unroll
-        for (int m = 0; m < GEMV_MAX_M; ++m) {
-            if (m >= M) break;
-            const float s = warp_sum(acc[j][m]);
-            if (lane == 0 && v0 + j < V) y[(long long)m * V + v0 + j] = s;
+    for (int m = 0; m < GEMV_MAX_M; ++m) {
+        if (m >= M) break;
+        const float s = warp_sum(acc[m]);
+        if (lane == 0) {
+            const long long idx = (long long)m * N + n;
+            y[idx] = EPI == GEMV_EPI_NONE ? s : gemv_epi<EPI>(s, bias, R, idx, n);
         }
     }
 }
@@ -256,11 +339,12 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
         gemv_body<bf16, epi>(x, w, bias, R, y, ws, counters, M, N, K, k_per_split);                            \
     }
 
-#define GEMV_NT_KERNEL(name, bf16)                                                                         \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                             \
-        name(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w, float* __restrict__ y, int M, \
-             int V, int K) {                                                                               \
-        gemv_nt_body<bf16>(x, w, y, M, V, K);                                                              \
+#define GEMV_NT_KERNEL(name, bf16, epi, ln)                                                                   \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_NT_WARPS)                                          \
+        name(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w, const float* __restrict__ bias, \
+             const float* R, float* y, const float* __restrict__ ln_g, const float* __restrict__ ln_b, int M,    \
+             int N, int K, float eps) {                                                                        \
+        gemv_nt_body<bf16, epi, ln>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps);                               \
     }
 
 GEMV_KERNEL(gemv_f32_bias, false, GEMV_EPI_BIAS)
@@ -269,5 +353,17 @@ GEMV_KERNEL(gemv_f32_bias_residual, false, GEMV_EPI_RESIDUAL)
 GEMV_KERNEL(gemv_bf16_bias, true, GEMV_EPI_BIAS)
 GEMV_KERNEL(gemv_bf16_bias_gelu, true, GEMV_EPI_GELU)
 GEMV_KERNEL(gemv_bf16_bias_residual, true, GEMV_EPI_RESIDUAL)
-GEMV_NT_KERNEL(gemv_f32_nt, false)
-GEMV_NT_KERNEL(gemv_bf16_nt, true)
+GEMV_NT_KERNEL(gemv_f32_nt, false, GEMV_EPI_NONE, false)
+GEMV_NT_KERNEL(gemv_f32_nt_ln, false, GEMV_EPI_NONE, true)
+GEMV_NT_KERNEL(gemv_f32_nt_ln_bias, false, GEMV_EPI_BIAS, true)
+GEMV_NT_KERNEL(gemv_f32_nt_ln_bias_gelu, false, GEMV_EPI_GELU, true)
+GEMV_NT_KERNEL(gemv_f32_nt_bias, false, GEMV_EPI_BIAS, false)
+GEMV_NT_KERNEL(gemv_f32_nt_bias_gelu, false, GEMV_EPI_GELU, false)
+GEMV_NT_KERNEL(gemv_f32_nt_bias_residual, false, GEMV_EPI_RESIDUAL, false)
+GEMV_NT_KERNEL(gemv_bf16_nt, true, GEMV_EPI_NONE, false)
+GEMV_NT_KERNEL(gemv_bf16_nt_ln, true, GEMV_EPI_NONE, true)
+GEMV_NT_KERNEL(gemv_bf16_nt_ln_bias, true, GEMV_EPI_BIAS, true)
+GEMV_NT_KERNEL(gemv_bf16_nt_ln_bias_gelu, true, GEMV_EPI_GELU, true)
+GEMV_NT_KERNEL(gemv_bf16_nt_bias, true, GEMV_EPI_BIAS, false)
+GEMV_NT_KERNEL(gemv_bf16_nt_bias_gelu, true, GEMV_EPI_GELU, false)
+GEMV_NT_KERNEL(gemv_bf16_nt_bias_residual, true, GEMV_EPI_RESIDUAL, false)

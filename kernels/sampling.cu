@@ -12,6 +12,7 @@
 #ifndef ARGMAX_THREADS
 #define ARGMAX_THREADS 1024
 #endif
+#define ARGMAX_UNROLL 8  // loads in flight per thread
 
 // (value, index) pair that wins: larger value, or the same value at a smaller index.
 __device__ __forceinline__ bool argmax_better(float v, int i, float bv, int bi) {
@@ -27,9 +28,19 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_rows_f32(
     const float* row = logits + (long long)blockIdx.x * ld;
     float bv = NEG_INF_F32;
     int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        const float v = row[i];
-        if (argmax_better(v, i, bv, bi)) { bv = v; bi = i; }
+    // ARGMAX_UNROLL independent loads in flight per thread, then their comparisons in index order
+    for (int i0 = threadIdx.x; i0 < V; i0 += ARGMAX_UNROLL * blockDim.x) {
+        float v[ARGMAX_UNROLL];
+#pragma unroll
+        for (int u = 0; u < ARGMAX_UNROLL; ++u) {
+            const int i = i0 + u * blockDim.x;
+            v[u] = i < V ? __ldg(row + i) : NEG_INF_F32;
+        }
+#pragma unroll
+        for (int u = 0; u < ARGMAX_UNROLL; ++u) {
+            const int i = i0 + u * blockDim.x;
+            if (i < V && argmax_better(v[u], i, bv, bi)) { bv = v[u]; bi = i; }
+        }
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {

@@ -146,13 +146,25 @@ def gemm_case(variant: str, m: int, k: int, n: int, epilogue: str = "bias", nt: 
     return judge(f"gemm {variant:6s} {what:13s} M={m} K={k} N={n}{extra}", ours, ref64, peer, mode)
 
 
-def gemv_case(wdtype: str, m: int, k: int, n: int, epilogue: str = "bias", nt: bool = False,
-              inplace: bool = False, seed: int = 0) -> Result:
-    """Run gemv / gemv_nt once; the reference uses the weights as stored (bf16-rounded)."""
+def _layer_norm(x, g, b, eps=1e-5):
+    """torch LayerNorm in x's dtype (float64 for the reference, float32 for the peer)."""
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), g.to(x.dtype), b.to(x.dtype), eps)
+
+
+def gemv_case(wdtype: str, m: int, k: int, n: int, epilogue: str | None = "bias", nt: bool = False,
+              inplace: bool = False, ln: bool = False, seed: int = 0) -> Result:
+    """Run gemv / gemv_nt once; the reference uses the weights as stored (bf16-rounded).
+    nt: w is [N, K] (the decode layout), epilogue None = no bias; ln: the input LayerNorm fused
+    (x with a row mean far from zero and a few large columns, as a residual stream has)."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((m, k), dtype=np.float32)
+    if ln:
+        x[:, :3] *= 30.0
+        x += np.float32(5.0)
     w = (rng.standard_normal((n, k) if nt else (k, n), dtype=np.float32) * 0.02).astype(np.float32)
     bias = (rng.standard_normal(n, dtype=np.float32) * 0.02).astype(np.float32)
+    g = rng.uniform(0.8, 1.2, k).astype(np.float32)
+    lb = (rng.standard_normal(k, dtype=np.float32) * 0.1).astype(np.float32)
     r = rng.standard_normal((m, n), dtype=np.float32) if epilogue == "bias_residual" else None
 
     x_d, bias_d = cp.asarray(x), cp.asarray(bias)
@@ -163,18 +175,28 @@ def gemv_case(wdtype: str, m: int, k: int, n: int, epilogue: str = "bias", nt: b
     r_d = None if r is None else cp.asarray(r)
     out_d = r_d if inplace else cp.full((m, n), cp.nan, dtype=cp.float32)
     if nt:
-        L.gemv_nt(x_d, w_d, out_d)
+        L.gemv_nt(x_d, w_d, out_d, bias=None if epilogue is None else bias_d, epilogue=epilogue,
+                  residual=r_d, ln=(cp.asarray(g), cp.asarray(lb), 1e-5) if ln else None)
     else:
         L.gemv(x_d, w_d, bias_d, out_d, epilogue=epilogue, residual=r_d)
     ours = torch.as_tensor(cp.asnumpy(out_d)).cuda()
 
     t = {key: torch.from_numpy(v).cuda() if v is not None else None
-         for key, v in (("x", x), ("w", w), ("bias", bias), ("r", r))}
-    ref64 = torch_linear(t["x"].double(), t["w"].double(), t["bias"].double(), epilogue,
-                         None if r is None else t["r"].double(), nt)
-    peer = torch_linear(t["x"], t["w"], t["bias"], epilogue, t["r"], nt)
-    what = "nt" if nt else epilogue
-    return judge(f"gemv {wdtype:6s} {what:13s} M={m} K={k} N={n}" + (" inplace" if inplace else ""),
+         for key, v in (("x", x), ("w", w), ("bias", bias), ("r", r), ("g", g), ("lb", lb))}
+    x64, x32 = t["x"].double(), t["x"]
+    if ln:
+        x64, x32 = _layer_norm(x64, t["g"], t["lb"]), _layer_norm(x32, t["g"], t["lb"])
+    r64 = None if r is None else t["r"].double()
+    if nt and epilogue is None:
+        ref64, peer = x64 @ t["w"].double().T, x32 @ t["w"].T
+    elif nt:
+        ref64 = torch_linear(x64, t["w"].double().T, t["bias"].double(), epilogue, r64)
+        peer = torch_linear(x32, t["w"].T, t["bias"], epilogue, t["r"])
+    else:
+        ref64 = torch_linear(x64, t["w"].double(), t["bias"].double(), epilogue, r64)
+        peer = torch_linear(x32, t["w"], t["bias"], epilogue, t["r"])
+    what = ("nt" + ("+ln" if ln else "") + (f" {epilogue}" if epilogue else "")) if nt else epilogue
+    return judge(f"gemv {wdtype:6s} {what:20s} M={m} K={k} N={n}" + (" inplace" if inplace else ""),
                  ours, ref64, peer, "fp32")
 
 
@@ -263,7 +285,17 @@ def gemv_cases(quick: bool = False) -> list[dict]:
         cases.append(dict(wdtype=wdtype, m=8, k=5000, n=8, epilogue="bias"))  # one strip, many splits
         for m in ((1, 8) if quick else range(1, 9)):
             for d in ((768,) if quick else (768, 1600)):
-                cases.append(dict(wdtype=wdtype, m=m, k=d, n=VOCAB, nt=True))
+                cases.append(dict(wdtype=wdtype, m=m, k=d, n=VOCAB, nt=True, epilogue=None))
+        # the decode layout: transposed matrices, LayerNorm fused into QKV / FC / LM head
+        for d in ((768, 1600) if quick else WIDTHS):
+            for m in ((1, 8) if quick else (1, 3, 8)):
+                cases += [dict(wdtype=wdtype, m=m, k=d, n=3 * d, nt=True, epilogue="bias", ln=True),
+                          dict(wdtype=wdtype, m=m, k=d, n=d, nt=True, epilogue="bias_residual"),
+                          dict(wdtype=wdtype, m=m, k=d, n=4 * d, nt=True, epilogue="bias_gelu", ln=True),
+                          dict(wdtype=wdtype, m=m, k=4 * d, n=d, nt=True, epilogue="bias_residual")]
+            cases.append(dict(wdtype=wdtype, m=8, k=d, n=VOCAB, nt=True, epilogue=None, ln=True))
+        cases.append(dict(wdtype=wdtype, m=4, k=3072, n=768, nt=True, epilogue="bias_residual", inplace=True))
+        cases.append(dict(wdtype=wdtype, m=2, k=104, n=33, nt=True, epilogue="bias_gelu"))
     return cases
 
 

@@ -1,19 +1,25 @@
 """The CUDA backend: the model on the GPU through our kernels (kernels/*.cu via CuPy).
 
 Weights are uploaded once: the packed blocks in one device allocation
-[n_layer, block_numel], plus wte, wpe and ln_f (bf16 mode adds bf16 copies of the
-matrices for the decode GEMVs). A Runner owns a workspace sized once to n_ctx rows
-and reused by every call; a CudaCache owns the KV cache [batch, n_layer, 2, n_ctx, D].
+[n_layer, block_numel], plus wte, wpe and ln_f, and for decode a transposed copy of each
+block matrix ([N, K]; bf16 in bf16 mode). A Runner owns a workspace sized once to n_ctx
+rows and reused by every call; a CudaCache owns the KV cache [batch, n_layer, 2, n_ctx, D].
 
-One block, the ten steps (the residual stream x is updated in place):
+One block, the ten steps (the residual stream x is updated in place), prefill / solve:
     h = LN(x; g1, b1)                 layernorm_f32
-    qkv = h @ W_qkv + b_qkv           gemm / gemv (cuda_linear)
+    qkv = h @ W_qkv + b_qkv           gemm (cuda_linear.linear: gemv for <= 8 rows)
     K, V -> cache                     kvcache_store_f32 (model); solve reads them from qkv
-    a = attention(q, K, V)            attention_prefill_* / attention_decode_*
+    a = attention(q, K, V)            attention_prefill_*
     x = x + a @ W_attn + b_attn       gemm epilogue bias_residual
     h = LN(x; g2, b2)                 layernorm_f32
     f = gelu(h @ W_fc + b_fc)         gemm epilogue bias_gelu
     x = x + f @ W_proj + b_proj       gemm epilogue bias_residual
+Decode (batch <= 8), six kernels per block:
+    qkv = LN(x) @ W_qkv + b           gemv_*_nt_ln_bias
+    K, V -> cache; a = attention      kvcache_store_f32, attention_decode_f32
+    x = x + a @ W_attn + b            gemv_*_nt_bias_residual
+    f = gelu(LN(x) @ W_fc + b)        gemv_*_nt_ln_bias_gelu
+    x = x + f @ W_proj + b            gemv_*_nt_bias_residual
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from ..weights import ModelWeights
 from . import cuda_attention, cuda_linear, cuda_ops
 from .base import Cache, Runner, check_ids
 
-# precision mode -> (GEMM variant, attention variant); bf16 mode also stores bf16 weights for decode
+# precision mode -> (GEMM variant, attention variant); bf16 mode stores the decode matrices as bf16
 VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32"), "bf16": ("tf32x3", "tf32x3f")}
 MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
 
@@ -46,16 +52,14 @@ class BlockWorkspace:
 
 
 def run_block(w, x, ws: BlockWorkspace, t: int, *, eps: float, gemm_variant: str, attend, after_qkv=None,
-              wq=None, out=None) -> None:
+              out=None) -> None:
     """One block on the first t rows of x [>=t, D]: the result goes to ``out`` (default: x, in place).
-    ``attend(qkv [t,3D], att [t,D])`` runs attention; ``after_qkv(qkv)`` (optional) stores K and V;
-    ``wq`` (optional) holds bf16 copies of the matrices for the GEMV path."""
+    ``attend(qkv [t,3D], att [t,D])`` runs attention; ``after_qkv(qkv)`` (optional) stores K and V."""
     h, qkv, att, f = ws.h[:t], ws.qkv[:t], ws.att[:t], ws.f[:t]
     xin = x[:t]
     xt = xin if out is None else out[:t]
-    mat = (lambda name: wq[name]) if wq is not None else (lambda name: w[name])  # noqa: E731
     lin = lambda a, name, bias, out, **kw: cuda_linear.linear(  # noqa: E731
-        a, mat(name), w[bias], out, variant=gemm_variant, **kw)
+        a, w[name], w[bias], out, variant=gemm_variant, **kw)
     cuda_ops.layernorm(xin, w["ln1_g"], w["ln1_b"], h, eps)
     lin(h, "w_qkv", "b_qkv", qkv)
     if after_qkv is not None:
@@ -96,12 +100,14 @@ class CudaRunner(Runner):
         self.wte = cp.asarray(weights.wte)  # [V, D], also the LM head
         self.wpe = cp.asarray(weights.wpe)  # [n_ctx, D]
         self.ln_f_g, self.ln_f_b = cp.asarray(weights.ln_f_g), cp.asarray(weights.ln_f_b)
-        self.bf16 = None
-        if precision == "bf16":  # decode reads bf16 weights (half the bytes); prefill keeps fp32
-            blocks16 = cuda_linear.to_bf16_bits(self.blocks)
-            self.bf16 = [{k: v for k, v in lay.views(blocks16[i]).items() if k in MATRICES}
-                         for i in range(c.n_layer)]
-            self.wte16 = cuda_linear.to_bf16_bits(self.wte)
+        # Decode (batch <= GEMV_MAX_M) reads the block matrices transposed, [N, K]: one contiguous
+        # weight row per output (kernels/gemv.cu, the nt kernels). bf16 mode stores these copies
+        # as bf16 (half the bytes read per step); prefill and larger batches use the fp32 GEMMs.
+        bf16 = precision == "bf16"
+        conv = cuda_linear.to_bf16_bits if bf16 else (lambda a: a)  # noqa: E731
+        self.dec_mats = [{k: conv(cp.ascontiguousarray(v.T)) for k, v in w.items() if k in MATRICES}
+                         for w in self.block_views]
+        self.wte_dec = cuda_linear.to_bf16_bits(self.wte) if bf16 else self.wte  # [V, D] already
         self.ws = BlockWorkspace(c.n_positions, c.n_embd)
         self.x = cp.empty((c.n_positions, c.n_embd), cp.float32)  # residual stream
         self.hf = cp.empty((c.n_positions, c.n_embd), cp.float32)  # ln_f output
@@ -121,19 +127,20 @@ class CudaRunner(Runner):
             self._logits = cp.empty((max(rows, 8), self.config.vocab_size), cp.float32)
         return self._logits[:rows]
 
-    def _head(self, rows_from: int, rows_to: int, use_bf16: bool):
-        """ln_f then the tied LM head on x[rows_from:rows_to] -> device logits [rows, V]."""
+    def _head(self, rows_from: int, rows_to: int, decode: bool = False):
+        """ln_f then the tied LM head on x[rows_from:rows_to] -> device logits [rows, V].
+        Up to GEMV_MAX_M rows: one GEMV with ln_f fused (decode: wte_dec, bf16 in bf16 mode)."""
         c = self.config
         n = rows_to - rows_from
-        hf = self.hf[:n]
-        cuda_ops.layernorm(self.x[rows_from:rows_to], self.ln_f_g, self.ln_f_b, hf, c.layer_norm_epsilon)
         out = self._logits_buf(n)
-        if use_bf16:
-            cuda_linear.gemv_nt(hf, self.wte16, out)
-        elif n <= cuda_linear.GEMV_MAX_M:
-            cuda_linear.gemv_nt(hf, self.wte, out)
-        else:
-            cuda_linear.gemm_nt(hf, self.wte, out, variant=self.gemm_variant)
+        x = self.x[rows_from:rows_to]
+        if n <= cuda_linear.GEMV_MAX_M:
+            cuda_linear.gemv_nt(x, self.wte_dec if decode else self.wte, out,
+                                ln=(self.ln_f_g, self.ln_f_b, c.layer_norm_epsilon))
+            return out
+        hf = self.hf[:n]
+        cuda_ops.layernorm(x, self.ln_f_g, self.ln_f_b, hf, c.layer_norm_epsilon)
+        cuda_linear.gemm_nt(hf, self.wte, out, variant=self.gemm_variant)
         return out
 
     def _step_ints(self, ids: np.ndarray, seq: np.ndarray, pos: np.ndarray):
@@ -170,7 +177,7 @@ class CudaRunner(Runner):
             run_block(w, self.x, self.ws, t, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                       attend=attend, after_qkv=store)
         cache.pos[row] = start + t
-        logits = self._head(0, t, False) if all_logits else self._head(t - 1, t, False)
+        logits = self._head(0, t) if all_logits else self._head(t - 1, t)
         out = cp.asnumpy(logits, stream=self.stream, blocking=True)
         return out if all_logits else out[0]
 
@@ -189,10 +196,27 @@ class CudaRunner(Runner):
             attend = lambda qkv, out: cuda_attention.attention_decode(  # noqa: E731
                 qkv, k_cache, v_cache, d_len, out, n_head=c.n_head, q_stride=3 * c.n_embd,
                 cache_batch_stride=cache.batch_stride, max_len=c.n_positions)
-            run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
-                      attend=attend, after_qkv=store, wq=self.bf16[layer] if self.bf16 else None)
-        logits = self._head(0, b, self.bf16 is not None and b <= cuda_linear.GEMV_MAX_M)
+            if b <= cuda_linear.GEMV_MAX_M:
+                self._decode_block_gemv(w, self.dec_mats[layer], b, attend, store)
+            else:
+                run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
+                          attend=attend, after_qkv=store)
+        logits = self._head(0, b, decode=True)
         cuda_ops.argmax_rows(logits, self._argmax[:b])
+
+    def _decode_block_gemv(self, w, mats, b: int, attend, store) -> None:
+        """One block for b <= GEMV_MAX_M new tokens: four GEMVs over the transposed matrices,
+        the LayerNorms fused into the QKV and FC GEMVs, the residual adds into the projections."""
+        eps = self.config.layer_norm_epsilon
+        x, ws = self.x[:b], self.ws
+        qkv, att, f = ws.qkv[:b], ws.att[:b], ws.f[:b]
+        gemv_nt = cuda_linear.gemv_nt
+        gemv_nt(x, mats["w_qkv"], qkv, bias=w["b_qkv"], epilogue="bias", ln=(w["ln1_g"], w["ln1_b"], eps))
+        store(qkv)
+        attend(qkv, att)
+        gemv_nt(att, mats["w_attn"], x, bias=w["b_attn"], epilogue="bias_residual", residual=x)
+        gemv_nt(x, mats["w_fc"], f, bias=w["b_fc"], epilogue="bias_gelu", ln=(w["ln2_g"], w["ln2_b"], eps))
+        gemv_nt(f, mats["w_proj"], x, bias=w["b_proj"], epilogue="bias_residual", residual=x)
 
     def _decode_device(self, cache: Cache, tokens: np.ndarray):
         """One decode step for every row; returns the device logits [B, V] (argmax in self._argmax).

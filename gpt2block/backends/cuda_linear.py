@@ -8,7 +8,8 @@ argument before anything is launched. Nothing here synchronizes the stream.
     gemm(a, b, bias, out)      out[M,N] = epi(a[M,K] @ b[K,N] + bias[N])     tensor cores
     gemm_nt(a, b, out)         out[M,N] = a[M,K] @ b[N,K]^T                  tied LM head
     gemv(x, w, bias, out)      the same as gemm for M <= GEMV_MAX_M; w float32 or bf16 bits
-    gemv_nt(x, w, out)         the same as gemm_nt for M <= GEMV_MAX_M
+    gemv_nt(x, w, out, ...)    the same as gemm_nt for M <= GEMV_MAX_M, with optional bias / GELU /
+                               residual epilogues and a fused input LayerNorm (the decode layout)
     linear / linear_nt         pick gemv or gemm from M and the weights' dtype
 
 Variants of the GEMM arithmetic (VARIANTS): ``tf32x3`` (3-pass split TF32, fp32-level
@@ -227,7 +228,7 @@ def gemm_nt(a, b, out, *, variant="tf32x3", stream=None, tile=None):
 # GEMV.
 
 _GEMV_THREADS, _GEMV_RPP, _GEMV_UNROLL, _GEMV_TPR = 256, 32, 4, 8  # as in kernels/gemv.cu
-_GEMV_NT_ROWS_PER_BLOCK = (_GEMV_THREADS // 32) * 2  # 8 warps x GEMV_NT_ROWS
+_GEMV_NT_WARPS = 4  # GEMV_NT_WARPS: one output per warp
 _GEMV_BLOCKS_PER_SM = 4  # split-K target: about this many blocks per SM
 _workspaces: dict = {}
 
@@ -303,11 +304,17 @@ def gemv(x, w, bias, out, *, epilogue="bias", residual=None, stream=None):
     launch(kernel("gemv", name), (strips, splits, 1), (_GEMV_THREADS, 1, 1), args, 0, stream)
 
 
-def gemv_nt(x, w, out, *, stream=None):
-    """out[M,V] = x[M,K] @ w[V,K]^T for M <= GEMV_MAX_M; w float32 or bf16 bits;
-    K a multiple of 4 (float32) or 8 (bf16)."""
+def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, stream=None):
+    """out[M,N] = epi(x'[M,K] @ w[N,K]^T (+ bias[N])) for M <= GEMV_MAX_M; w float32 or bf16 bits
+    holding W transposed (one contiguous row per output); K a multiple of 4 (float32) or 8 (bf16).
+
+    epilogue None (no bias), "bias", "bias_gelu" or "bias_residual" (out = residual + x w^T + bias;
+    residual may be ``out``). ``ln = (g, b, eps)``: x' = LayerNorm(x; g, b, eps), computed by the
+    kernel itself (any epilogue but bias_residual); else x' = x. These are the decode step's
+    products: ln_1 + QKV, ln_2 + FC with GELU, the projections with the residual add, and
+    ln_f + the tied LM head over wte."""
     _check_rows(x, "x")
-    _check_weights(w, "w", "[V, K]")
+    _check_weights(w, "w", "[N, K]")
     m, k = x.shape
     if w.shape[1] != k:
         raise ValueError(f"w must have {k} columns (x is {tuple(x.shape)}), got shape {tuple(w.shape)}")
@@ -316,14 +323,34 @@ def gemv_nt(x, w, out, *, stream=None):
         raise ValueError(f"K = {k} must be a multiple of {cpt} for {w.dtype} weights (16-byte rows)")
     if x.data.ptr % 16:
         raise ValueError(f"x must be 16-byte aligned; got address {x.data.ptr:#x}")
-    v = w.shape[0]
+    n = w.shape[0]
     _check_array(out, "out", 2)
-    _check_shape(out, "out", (m, v))
-    _check_out(out, "out", {"x": x, "w": w})
-    name = f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_nt"
-    grid = (-(-v // _GEMV_NT_ROWS_PER_BLOCK), 1, 1)
-    args = (x, w, out, _i32(m, "M"), _i32(v, "V"), _i32(k, "K"))
-    launch(kernel("gemv", name), grid, (_GEMV_THREADS, 1, 1), args, 0, stream)
+    _check_shape(out, "out", (m, n))
+    if epilogue is None:
+        if bias is not None or residual is not None:
+            raise ValueError("bias and residual need an epilogue ('bias', 'bias_gelu' or 'bias_residual')")
+    else:
+        _check_epilogue(epilogue, residual, (m, n))
+        _check_array(bias, "bias", 1)
+        _check_shape(bias, "bias", (n,))
+    g = b = None
+    eps = 0.0
+    if ln is not None:
+        if epilogue == "bias_residual":
+            raise ValueError("ln is not available with epilogue 'bias_residual'")
+        g, b, eps = ln
+        for name, arr in (("ln gain", g), ("ln bias", b)):
+            _check_array(arr, name, 1)
+            _check_shape(arr, name, (k,))
+    _check_out(out, "out", {"x": x, "w": w, "bias": bias, "ln gain": g, "ln bias": b}, residual)
+
+    name = (f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_nt" + ("_ln" if ln is not None else "")
+            + (f"_{epilogue}" if epilogue else ""))
+    args = (x, w, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
+            _NULL if g is None else g, _NULL if b is None else b,
+            _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps))
+    smem = m * k * 4 if ln is not None else 0
+    launch(kernel("gemv", name), (-(-n // _GEMV_NT_WARPS), 1, 1), (32 * _GEMV_NT_WARPS, 1, 1), args, smem, stream)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,7 +27,8 @@ def _load_checks():
 
 def _case_id(c: dict) -> str:
     head = c.get("variant", c.get("wdtype"))
-    what = "nt" if c.get("nt") else c.get("epilogue", "bias")
+    epi = c.get("epilogue", "bias")
+    what = ("nt" + ("-ln" if c.get("ln") else "") + (f"-{epi}" if epi else "")) if c.get("nt") else epi
     tail = "".join(f"-{k}{c[k]}" for k in ("offset",) if c.get(k)) + ("-inplace" if c.get("inplace") else "")
     return f"{head}-{what}-M{c['m']}-K{c['k']}-N{c['n']}{tail}"
 
@@ -71,8 +72,15 @@ def _gemv_cases() -> list:
             dict(wdtype=wdtype, m=3, k=3072, n=768, epilogue="bias_residual", inplace=True),
             dict(wdtype=wdtype, m=2, k=100, n=64),
             dict(wdtype=wdtype, m=8, k=5000, n=8),
-            dict(wdtype=wdtype, m=1, k=768, n=50257, nt=True),
-            dict(wdtype=wdtype, m=8, k=1600, n=50257, nt=True),
+            dict(wdtype=wdtype, m=1, k=768, n=50257, nt=True, epilogue=None),
+            dict(wdtype=wdtype, m=8, k=1600, n=50257, nt=True, epilogue=None, ln=True),
+            # the decode layout: transposed matrices, LayerNorm fused into QKV and FC
+            dict(wdtype=wdtype, m=1, k=768, n=2304, nt=True, epilogue="bias", ln=True),
+            dict(wdtype=wdtype, m=8, k=1600, n=4800, nt=True, epilogue="bias", ln=True),
+            dict(wdtype=wdtype, m=3, k=1024, n=4096, nt=True, epilogue="bias_gelu", ln=True),
+            dict(wdtype=wdtype, m=8, k=1280, n=1280, nt=True, epilogue="bias_residual"),
+            dict(wdtype=wdtype, m=1, k=6400, n=1600, nt=True, epilogue="bias_residual", inplace=True),
+            dict(wdtype=wdtype, m=2, k=104, n=33, nt=True, epilogue="bias_gelu"),
         ]
     return cases
 
