@@ -32,8 +32,8 @@
 //     Split-K reduction: each block of a column strip writes its partial sums to ws; the last to
 //     finish (counted on counters[blockIdx.x]) adds the strip's partials in split order 0, 1, ...
 //     and applies the epilogue. The order is fixed, so results repeat bit for bit.
-//   gemv_*_nt*: grid = (ceil(N / GEMV_NT_WARPS), 1, 1), block = 32 * GEMV_NT_WARPS (128): one warp
-//     per output column; dynamic shared memory M * K * 4 bytes for the _ln kernels (the
+//   gemv_*_nt*: grid = (ceil(N / GEMV_NT_ROWS), 1, 1), block = GEMV_NT_THREADS (128): GEMV_NT_ROWS (4)
+//     outputs per block; dynamic shared memory M * K * 4 bytes for the _ln kernels (the
 //     normalized rows; above 48 KB needs the opt-in attribute), else 0.
 
 #include "common.cuh"
@@ -199,24 +199,42 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 
 // ---------------------------------------------------------------------------------------------
 // nt: y[M, N] = epi(x'[M, K] @ w[N, K]^T (+ bias)), w holding W transposed (each output reads one
-// contiguous weight row: the decode layout, and the tied LM head over wte). One warp per output;
-// the lanes stride along K with 16-byte loads, GEMV_NT_UNROLL of them in flight per lane (the
-// first batch is issued before the LayerNorm prologue, so it overlaps it); one warp_sum per row m.
+// contiguous weight row: the decode layout, and the tied LM head over wte).
+// A block of 128 threads owns GEMV_NT_ROWS outputs; its threads stride along K together
+// (thread t takes the 16-byte chunks t, t + 128, ...), so a small matrix is spread over many
+// blocks and every x load serves GEMV_NT_ROWS weight rows. Loads go out in batches of
+// GEMV_NT_UNROLL chunks per row; the first batch is issued before the LayerNorm prologue, so
+// the two overlap. Partial sums: warp_sum, then the 4 warps through shared memory (fixed order).
 // LN: x' = LayerNorm(x; ln_g, ln_b) of each row, staged in shared memory [M][K] by every block
-// (row statistics in float64, as in layernorm.cu); otherwise x' = x read through the L1 cache.
+// (row sums in float64: one pass for the sum and the sum of squares, which float64 keeps exact
+// enough for rows in the thousands); otherwise x' = x read through the L1 cache.
 
-#define GEMV_NT_WARPS 4   // outputs per block of 128 threads
-#define GEMV_NT_UNROLL 8  // 16-byte weight loads per lane per batch
+#define GEMV_NT_THREADS 128
+#define GEMV_NT_ROWS 4    // outputs per block
+#define GEMV_NT_UNROLL 4  // 16-byte chunks per row per batch and thread
 
 template <bool BF16>
-struct GemvRaw;  // 16 raw bytes of weights
+struct GemvRaw;  // 16 raw bytes of weights, loaded with a volatile asm so that the load is
+                 // issued where it is written (before the prologue's barriers), not sunk past them
 template <>
 struct GemvRaw<false> {
     typedef float4 T;
+    __device__ static __forceinline__ float4 load(const void* p) {
+        float4 v;
+        asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+        return v;
+    }
 };
 template <>
 struct GemvRaw<true> {
     typedef uint4 T;
+    __device__ static __forceinline__ uint4 load(const void* p) {
+        uint4 v;
+        asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+        return v;
+    }
 };
 
 __device__ __forceinline__ void gemv_unpack(const float4& v, float (&w)[4]) {
@@ -234,26 +252,51 @@ __device__ __forceinline__ void gemv_unpack(const uint4& v, float (&w)[8]) {
     }
 }
 
-// Rows 0 .. M-1 of x [M, K] into xs [M][K] as LayerNorm(x; g, b): one warp per row.
+// Rows 0 .. M-1 of x [M, K] into xs [M][K] as LayerNorm(x; g, b), the whole block together.
+// red: __shared__ double [GEMV_NT_THREADS / 32][GEMV_MAX_M][2].
 __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const float* __restrict__ g,
-                                             const float* __restrict__ b, float* xs, int M, int K, float eps) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+                                             const float* __restrict__ b, float* xs, double* red, int M, int K,
+                                             float eps) {
+    constexpr int WARPS = GEMV_NT_THREADS / 32;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int K4 = K >> 2;
     const float4* x4 = reinterpret_cast<const float4*>(x);
-    float4* xs4 = reinterpret_cast<float4*>(xs);
-    for (int i = threadIdx.x; i < M * K / 4; i += blockDim.x) xs4[i] = __ldg(x4 + i);
-    __syncthreads();
-    for (int m = warp; m < M; m += nwarps) {
-        float* row = xs + m * K;
-        double sum = 0.0;
-        for (int k = lane; k < K; k += 32) sum += row[k];
-        const double mean = warp_sum(sum) / K;
-        double sq = 0.0;
-        for (int k = lane; k < K; k += 32) {
-            const double d = row[k] - mean;
-            sq += d * d;
+    for (int m = 0; m < M; ++m) {
+        double s = 0.0, q = 0.0;
+        for (int c = tid; c < K4; c += GEMV_NT_THREADS) {
+            const float4 v = __ldg(x4 + m * K4 + c);
+            s += ((double)v.x + (double)v.y) + ((double)v.z + (double)v.w);
+            q += ((double)v.x * v.x + (double)v.y * v.y) + ((double)v.z * v.z + (double)v.w * v.w);
         }
-        const double rstd = 1.0 / sqrt(warp_sum(sq) / K + (double)eps);
-        for (int k = lane; k < K; k += 32) row[k] = fmaf((float)((row[k] - mean) * rstd), __ldg(g + k), __ldg(b + k));
+        s = warp_sum(s);
+        q = warp_sum(q);
+        if (lane == 0) {
+            red[(warp * GEMV_MAX_M + m) * 2] = s;
+            red[(warp * GEMV_MAX_M + m) * 2 + 1] = q;
+        }
+    }
+    __syncthreads();
+    const float4* g4 = reinterpret_cast<const float4*>(g);
+    const float4* b4 = reinterpret_cast<const float4*>(b);
+    float4* xs4 = reinterpret_cast<float4*>(xs);
+    for (int m = 0; m < M; ++m) {
+        double s = 0.0, q = 0.0;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            s += red[(w * GEMV_MAX_M + m) * 2];
+            q += red[(w * GEMV_MAX_M + m) * 2 + 1];
+        }
+        const double mean = s / K;
+        const double rstd = 1.0 / sqrt(fmax(q / K - mean * mean, 0.0) + (double)eps);
+        for (int c = tid; c < K4; c += GEMV_NT_THREADS) {
+            const float4 v = __ldg(x4 + m * K4 + c), gg = __ldg(g4 + c), bb = __ldg(b4 + c);
+            float4 o;
+            o.x = fmaf((float)((v.x - mean) * rstd), gg.x, bb.x);
+            o.y = fmaf((float)((v.y - mean) * rstd), gg.y, bb.y);
+            o.z = fmaf((float)((v.z - mean) * rstd), gg.z, bb.z);
+            o.w = fmaf((float)((v.w - mean) * rstd), gg.w, bb.w);
+            xs4[m * K4 + c] = o;
+        }
     }
     __syncthreads();
 }
@@ -264,39 +307,48 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
                                              const float* __restrict__ ln_g, const float* __restrict__ ln_b,
                                              int M, int N, int K, float eps) {
     constexpr int CPT = GemvW<BF16>::CPT;
-    typedef typename GemvRaw<BF16>::T Raw;
+    constexpr int WARPS = GEMV_NT_THREADS / 32;
+    constexpr int STEP = GEMV_NT_THREADS * CPT;  // K covered by one chunk of every thread
+    typedef GemvRaw<BF16> Raw;
     extern __shared__ float4 gemv_smem4[];
     float* xs = reinterpret_cast<float*>(gemv_smem4);  // LN: [M][K]
+    __shared__ double ln_red[WARPS][GEMV_MAX_M][2];
+    __shared__ float red[WARPS][GEMV_NT_ROWS][GEMV_MAX_M];
 
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int n = blockIdx.x * GEMV_NT_WARPS + warp;
-    const bool active = n < N;  // no early return: the LN prologue needs every thread
-    const typename GemvW<BF16>::T* wr = w + (long long)(active ? n : 0) * K;
-    constexpr int STEP = 32 * CPT;  // K covered by one load of every lane
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int n0 = blockIdx.x * GEMV_NT_ROWS;
+    const typename GemvW<BF16>::T* wrow[GEMV_NT_ROWS];
+#pragma unroll
+    for (int r = 0; r < GEMV_NT_ROWS; ++r) wrow[r] = w + (long long)min(n0 + r, N - 1) * K;  // rows >= N: row N-1, unused
 
-    Raw wv[GEMV_NT_UNROLL];
+    typename Raw::T wv[GEMV_NT_UNROLL][GEMV_NT_ROWS];
     auto load_batch = [&](int k0) {
 #pragma unroll
         for (int u = 0; u < GEMV_NT_UNROLL; ++u) {
             const int k = k0 + u * STEP;
-            if (active && k < K) wv[u] = __ldg(reinterpret_cast<const Raw*>(wr + k));
+            if (k < K) {
+#pragma unroll
+                for (int r = 0; r < GEMV_NT_ROWS; ++r) wv[u][r] = Raw::load(wrow[r] + k);
+            }
         }
     };
-    int k0 = lane * CPT;
+    int k0 = tid * CPT;
     load_batch(k0);
-    if (LN) gemv_ln_rows(x, ln_g, ln_b, xs, M, K, eps);
-    if (!active) return;
+    if (LN) gemv_ln_rows(x, ln_g, ln_b, xs, &ln_red[0][0][0], M, K, eps);
 
-    float acc[GEMV_MAX_M];
+    float acc[GEMV_NT_ROWS][GEMV_MAX_M];
 #pragma unroll
-    for (int m = 0; m < GEMV_MAX_M; ++m) acc[m] = 0.0f;
+    for (int r = 0; r < GEMV_NT_ROWS; ++r)
+#pragma unroll
+        for (int m = 0; m < GEMV_MAX_M; ++m) acc[r][m] = 0.0f;
     for (;;) {
 #pragma unroll
         for (int u = 0; u < GEMV_NT_UNROLL; ++u) {
             const int k = k0 + u * STEP;
             if (k >= K) break;
-            float wf[CPT];
-            gemv_unpack(wv[u], wf);
+            float wf[GEMV_NT_ROWS][CPT];
+#pragma unroll
+            for (int r = 0; r < GEMV_NT_ROWS; ++r) gemv_unpack(wv[u][r], wf[r]);
 #pragma unroll
             for (int m = 0; m < GEMV_MAX_M; ++m) {
                 if (m >= M) break;
@@ -305,23 +357,36 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
                 for (int c = 0; c < CPT; c += 4) {
                     const float4 q = LN ? *reinterpret_cast<const float4*>(xm + c)
                                         : __ldg(reinterpret_cast<const float4*>(xm + c));
-                    acc[m] = fmaf(q.x, wf[c], acc[m]);
-                    acc[m] = fmaf(q.y, wf[c + 1], acc[m]);
-                    acc[m] = fmaf(q.z, wf[c + 2], acc[m]);
-                    acc[m] = fmaf(q.w, wf[c + 3], acc[m]);
+#pragma unroll
+                    for (int r = 0; r < GEMV_NT_ROWS; ++r) {
+                        acc[r][m] = fmaf(q.x, wf[r][c], acc[r][m]);
+                        acc[r][m] = fmaf(q.y, wf[r][c + 1], acc[r][m]);
+                        acc[r][m] = fmaf(q.z, wf[r][c + 2], acc[r][m]);
+                        acc[r][m] = fmaf(q.w, wf[r][c + 3], acc[r][m]);
+                    }
                 }
             }
         }
         k0 += GEMV_NT_UNROLL * STEP;
-        if (k0 - lane * CPT >= K) break;
+        if (k0 - tid * CPT >= K) break;
         load_batch(k0);
     }
 
 #pragma unroll
-    for (int m = 0; m < GEMV_MAX_M; ++m) {
-        if (m >= M) break;
-        const float s = warp_sum(acc[m]);
-        if (lane == 0) {
+    for (int r = 0; r < GEMV_NT_ROWS; ++r)
+#pragma unroll
+        for (int m = 0; m < GEMV_MAX_M; ++m) {
+            if (m >= M) break;
+            const float s = warp_sum(acc[r][m]);
+            if (lane == 0) red[warp][r][m] = s;
+        }
+    __syncthreads();
+    if (tid < GEMV_NT_ROWS * GEMV_MAX_M) {
+        const int r = tid / GEMV_MAX_M, m = tid % GEMV_MAX_M, n = n0 + r;
+        if (m < M && n < N) {
+            float s = 0.0f;
+#pragma unroll
+            for (int q = 0; q < WARPS; ++q) s += red[q][r][m];
             const long long idx = (long long)m * N + n;
             y[idx] = EPI == GEMV_EPI_NONE ? s : gemv_epi<EPI>(s, bias, R, idx, n);
         }
@@ -340,7 +405,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     }
 
 #define GEMV_NT_KERNEL(name, bf16, epi, ln)                                                                   \
-    extern "C" __global__ void __launch_bounds__(32 * GEMV_NT_WARPS)                                          \
+    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS)                                             \
         name(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w, const float* __restrict__ bias, \
              const float* R, float* y, const float* __restrict__ ln_g, const float* __restrict__ ln_b, int M,    \
              int N, int K, float eps) {                                                                        \

@@ -228,7 +228,7 @@ def gemm_nt(a, b, out, *, variant="tf32x3", stream=None, tile=None):
 # GEMV.
 
 _GEMV_THREADS, _GEMV_RPP, _GEMV_UNROLL, _GEMV_TPR = 256, 32, 4, 8  # as in kernels/gemv.cu
-_GEMV_NT_WARPS = 4  # GEMV_NT_WARPS: one output per warp
+_GEMV_NT_THREADS, _GEMV_NT_ROWS = 128, 4  # GEMV_NT_THREADS, GEMV_NT_ROWS: outputs per block
 _GEMV_BLOCKS_PER_SM = 4  # split-K target: about this many blocks per SM
 _workspaces: dict = {}
 
@@ -350,7 +350,7 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, stre
             _NULL if g is None else g, _NULL if b is None else b,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps))
     smem = m * k * 4 if ln is not None else 0
-    launch(kernel("gemv", name), (-(-n // _GEMV_NT_WARPS), 1, 1), (32 * _GEMV_NT_WARPS, 1, 1), args, smem, stream)
+    launch(kernel("gemv", name), (-(-n // _GEMV_NT_ROWS), 1, 1), (_GEMV_NT_THREADS, 1, 1), args, smem, stream)
 
 
 # ---------------------------------------------------------------------------------------------
