@@ -32,11 +32,13 @@
 //     Split-K reduction: each block of a column strip writes its partial sums to ws; the last to
 //     finish (counted on counters[blockIdx.x]) adds the strip's partials in split order 0, 1, ...
 //     and applies the epilogue. The order is fixed, so results repeat bit for bit.
-//   gemv_*_nt*: grid = (ceil(N / GEMV_NT_ROWS), 1, 1), block = GEMV_NT_THREADS (128): GEMV_NT_ROWS (4)
-//     outputs per block; dynamic shared memory M * K * 4 bytes for the _ln kernels (the
-//     normalized rows; above 48 KB needs the opt-in attribute), else 0.
+//   gemv_*_nt*: grid = (G, 1, 1) with 1 <= G (gpt2block: min(ceil(N / GEMV_NT_ROWS), 3 per SM)),
+//     block = GEMV_NT_THREADS (128); each block takes GEMV_NT_ROWS (4) outputs at a time, groups
+//     blockIdx.x, + G, ...; dynamic shared memory (M + 2) * K * 4 bytes for the _ln kernels
+//     (the normalized rows, g and b; above 48 KB needs the opt-in attribute), else 0.
 
 #include "common.cuh"
+#include "mma.cuh"  // cp.async
 
 #define GEMV_MAX_M 8
 #define GEMV_THREADS 256
@@ -252,51 +254,49 @@ __device__ __forceinline__ void gemv_unpack(const uint4& v, float (&w)[8]) {
     }
 }
 
-// Rows 0 .. M-1 of x [M, K] into xs [M][K] as LayerNorm(x; g, b), the whole block together.
-// red: __shared__ double [GEMV_NT_THREADS / 32][GEMV_MAX_M][2].
+// Rows 0 .. M-1 of x [M, K] into xs [M][K] as LayerNorm(x; g, b), the whole block together:
+// x, g and b land in shared memory by cp.async (every copy in flight at once: one round trip),
+// then one warp per row forms its float64 sums, and the block normalizes in place.
+// xs: [M * K + 2 * K] floats of dynamic shared memory (g and b after the rows);
+// stat: __shared__ float [GEMV_MAX_M][2] (mean, 1/std as float64 -> kept as double below).
 __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const float* __restrict__ g,
-                                             const float* __restrict__ b, float* xs, double* red, int M, int K,
+                                             const float* __restrict__ b, float* xs, double* stat, int M, int K,
                                              float eps) {
     constexpr int WARPS = GEMV_NT_THREADS / 32;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int K4 = K >> 2;
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    for (int m = 0; m < M; ++m) {
+    const int K4 = K >> 2, n4 = M * K4;
+    float4* xs4 = reinterpret_cast<float4*>(xs);
+    for (int i = tid; i < n4 + 2 * K4; i += GEMV_NT_THREADS) {
+        const float4* src = i < n4 ? reinterpret_cast<const float4*>(x) + i
+                          : i < n4 + K4 ? reinterpret_cast<const float4*>(g) + (i - n4)
+                                        : reinterpret_cast<const float4*>(b) + (i - n4 - K4);
+        cp_async16(xs4 + i, src, 16);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    for (int m = warp; m < M; m += WARPS) {
+        const float* row = xs + m * K;
         double s = 0.0, q = 0.0;
-        for (int c = tid; c < K4; c += GEMV_NT_THREADS) {
-            const float4 v = __ldg(x4 + m * K4 + c);
-            s += ((double)v.x + (double)v.y) + ((double)v.z + (double)v.w);
-            q += ((double)v.x * v.x + (double)v.y * v.y) + ((double)v.z * v.z + (double)v.w * v.w);
+        for (int k = lane; k < K; k += 32) {
+            const double v = row[k];
+            s += v;
+            q += v * v;
         }
         s = warp_sum(s);
         q = warp_sum(q);
         if (lane == 0) {
-            red[(warp * GEMV_MAX_M + m) * 2] = s;
-            red[(warp * GEMV_MAX_M + m) * 2 + 1] = q;
+            const double mean = s / K;
+            stat[2 * m] = mean;
+            stat[2 * m + 1] = 1.0 / sqrt(fmax(q / K - mean * mean, 0.0) + (double)eps);
         }
     }
     __syncthreads();
-    const float4* g4 = reinterpret_cast<const float4*>(g);
-    const float4* b4 = reinterpret_cast<const float4*>(b);
-    float4* xs4 = reinterpret_cast<float4*>(xs);
-    for (int m = 0; m < M; ++m) {
-        double s = 0.0, q = 0.0;
-#pragma unroll
-        for (int w = 0; w < WARPS; ++w) {
-            s += red[(w * GEMV_MAX_M + m) * 2];
-            q += red[(w * GEMV_MAX_M + m) * 2 + 1];
-        }
-        const double mean = s / K;
-        const double rstd = 1.0 / sqrt(fmax(q / K - mean * mean, 0.0) + (double)eps);
-        for (int c = tid; c < K4; c += GEMV_NT_THREADS) {
-            const float4 v = __ldg(x4 + m * K4 + c), gg = __ldg(g4 + c), bb = __ldg(b4 + c);
-            float4 o;
-            o.x = fmaf((float)((v.x - mean) * rstd), gg.x, bb.x);
-            o.y = fmaf((float)((v.y - mean) * rstd), gg.y, bb.y);
-            o.z = fmaf((float)((v.z - mean) * rstd), gg.z, bb.z);
-            o.w = fmaf((float)((v.w - mean) * rstd), gg.w, bb.w);
-            xs4[m * K4 + c] = o;
-        }
+    const float* gs = xs + M * K;
+    const float* bs = gs + K;
+    for (int i = tid; i < M * K; i += GEMV_NT_THREADS) {
+        const int m = i / K, k = i - m * K;
+        xs[i] = fmaf((float)((xs[i] - stat[2 * m]) * stat[2 * m + 1]), gs[k], bs[k]);
     }
     __syncthreads();
 }
@@ -312,16 +312,12 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     typedef GemvRaw<BF16> Raw;
     extern __shared__ float4 gemv_smem4[];
     float* xs = reinterpret_cast<float*>(gemv_smem4);  // LN: [M][K]
-    __shared__ double ln_red[WARPS][GEMV_MAX_M][2];
+    __shared__ double ln_stat[GEMV_MAX_M][2];
     __shared__ float red[WARPS][GEMV_NT_ROWS][GEMV_MAX_M];
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int n0 = blockIdx.x * GEMV_NT_ROWS;
-    const typename GemvW<BF16>::T* wrow[GEMV_NT_ROWS];
-#pragma unroll
-    for (int r = 0; r < GEMV_NT_ROWS; ++r) wrow[r] = w + (long long)min(n0 + r, N - 1) * K;  // rows >= N: row N-1, unused
-
     typename Raw::T wv[GEMV_NT_UNROLL][GEMV_NT_ROWS];
+    const typename GemvW<BF16>::T* wrow[GEMV_NT_ROWS];
     auto load_batch = [&](int k0) {
 #pragma unroll
         for (int u = 0; u < GEMV_NT_UNROLL; ++u) {
@@ -332,10 +328,24 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             }
         }
     };
-    int k0 = tid * CPT;
-    load_batch(k0);
-    if (LN) gemv_ln_rows(x, ln_g, ln_b, xs, &ln_red[0][0][0], M, K, eps);
+    auto set_rows = [&](int n0) {
+#pragma unroll
+        for (int r = 0; r < GEMV_NT_ROWS; ++r) wrow[r] = w + (long long)min(n0 + r, N - 1) * K;  // >= N: unused
+    };
 
+    // The block walks the row groups blockIdx.x, blockIdx.x + gridDim.x, ... (the LM head has
+    // thousands; the prologue is paid once per block).
+    int n0 = blockIdx.x * GEMV_NT_ROWS;
+    set_rows(n0);
+    load_batch(tid * CPT);
+    if (LN) gemv_ln_rows(x, ln_g, ln_b, xs, &ln_stat[0][0], M, K, eps);
+
+    for (; n0 < N; n0 += gridDim.x * GEMV_NT_ROWS) {
+    if (n0 != blockIdx.x * GEMV_NT_ROWS) {
+        set_rows(n0);
+        load_batch(tid * CPT);
+    }
+    int k0 = tid * CPT;
     float acc[GEMV_NT_ROWS][GEMV_MAX_M];
 #pragma unroll
     for (int r = 0; r < GEMV_NT_ROWS; ++r)
@@ -390,6 +400,8 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             const long long idx = (long long)m * N + n;
             y[idx] = EPI == GEMV_EPI_NONE ? s : gemv_epi<EPI>(s, bias, R, idx, n);
         }
+    }
+    __syncthreads();  // red is reused by the next row group
     }
 }
 

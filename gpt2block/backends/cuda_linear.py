@@ -228,7 +228,8 @@ def gemm_nt(a, b, out, *, variant="tf32x3", stream=None, tile=None):
 # GEMV.
 
 _GEMV_THREADS, _GEMV_RPP, _GEMV_UNROLL, _GEMV_TPR = 256, 32, 4, 8  # as in kernels/gemv.cu
-_GEMV_NT_THREADS, _GEMV_NT_ROWS = 128, 4  # GEMV_NT_THREADS, GEMV_NT_ROWS: outputs per block
+_GEMV_NT_THREADS, _GEMV_NT_ROWS = 128, 4  # GEMV_NT_THREADS, GEMV_NT_ROWS: outputs per block at a time
+_GEMV_NT_BLOCKS_PER_SM = 3  # resident at 128 registers per thread; more row groups loop in a block
 _GEMV_BLOCKS_PER_SM = 4  # split-K target: about this many blocks per SM
 _workspaces: dict = {}
 
@@ -342,6 +343,8 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, stre
         for name, arr in (("ln gain", g), ("ln bias", b)):
             _check_array(arr, name, 1)
             _check_shape(arr, name, (k,))
+            if arr.data.ptr % 16:
+                raise ValueError(f"{name} must be 16-byte aligned; got address {arr.data.ptr:#x}")
     _check_out(out, "out", {"x": x, "w": w, "bias": bias, "ln gain": g, "ln bias": b}, residual)
 
     name = (f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_nt" + ("_ln" if ln is not None else "")
@@ -349,8 +352,9 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, stre
     args = (x, w, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _NULL if g is None else g, _NULL if b is None else b,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps))
-    smem = m * k * 4 if ln is not None else 0
-    launch(kernel("gemv", name), (-(-n // _GEMV_NT_ROWS), 1, 1), (_GEMV_NT_THREADS, 1, 1), args, smem, stream)
+    smem = (m + 2) * k * 4 if ln is not None else 0  # the normalized rows, g and b
+    grid = min(-(-n // _GEMV_NT_ROWS), _GEMV_NT_BLOCKS_PER_SM * _sm_count())
+    launch(kernel("gemv", name), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args, smem, stream)
 
 
 # ---------------------------------------------------------------------------------------------
