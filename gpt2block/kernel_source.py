@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*(//.*)?$')  # a trailing // comment is allowed
 _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*$")
 
 

@@ -53,3 +53,14 @@ def test_export_compiles_alone(tmp_path):
     _nvcc(["-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "solution.so"), str(src)],
           tmp_path)
     assert (tmp_path / "solution.so").stat().st_size > 0
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_read_source_leaves_no_local_include(name):
+    """NVRTC gets one text: every local #include must have been inlined (a left one fails there)."""
+    import re
+
+    from gpt2block.kernel_source import read_source
+
+    text = read_source(name)
+    assert not re.search(r'^\s*#\s*include\s+"', text, re.M)
