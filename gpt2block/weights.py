@@ -67,3 +67,21 @@ class ModelWeights:
             rng.uniform(0.8, 1.2, config.n_embd).astype(np.float32),
             f32(config.n_embd),
         )
+
+
+def randomize_hf_model(model, seed: int) -> None:
+    """Fresh values for every parameter of a transformers GPT-2 model (torch), so that no weight is
+    a trivial 1 or 0: matrices, embeddings and biases N(0, 0.02), LayerNorm gains 1 + N(0, 0.1)
+    and LayerNorm biases N(0, 0.05). Used to write random checkpoints in Hugging Face's format."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            if ".ln_" in name and name.endswith(".weight"):
+                p.copy_(1.0 + 0.1 * noise)
+            elif ".ln_" in name:
+                p.copy_(0.05 * noise)
+            else:
+                p.copy_(0.02 * noise)

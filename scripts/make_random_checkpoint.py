@@ -22,23 +22,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gpt2block.config import SIZES  # noqa: E402
+from gpt2block.weights import randomize_hf_model  # noqa: E402
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt")
-
-
-def randomize(model, seed: int) -> None:
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g, dtype=torch.float32)
-            if ".ln_" in name and name.endswith(".weight"):
-                p.copy_(1.0 + 0.1 * noise)
-            elif ".ln_" in name:
-                p.copy_(0.05 * noise)
-            else:
-                p.copy_(0.02 * noise)
 
 
 def main(argv=None) -> int:
@@ -61,7 +47,7 @@ def main(argv=None) -> int:
     cfg = transformers.GPT2Config(n_layer=args.layers or size.n_layer, n_embd=size.n_embd, n_head=size.n_head,
                                   n_positions=size.n_positions, vocab_size=size.vocab_size)
     model = transformers.GPT2LMHeadModel(cfg)
-    randomize(model, args.seed)
+    randomize_hf_model(model, args.seed)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out_dir)
     copied = [f for f in TOKENIZER_FILES if (args.tokenizer_dir / f).is_file()]

@@ -16,6 +16,8 @@ from typing import NamedTuple
 
 import pytest
 
+from gpt2block.weights import randomize_hf_model
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_GPT2 = REPO_ROOT.parent / "shared" / "gpt2"
 HAVE_GPT2_TOKENIZER = all((SHARED_GPT2 / f).is_file() for f in ("tokenizer.json", "vocab.json", "merges.txt"))
@@ -93,23 +95,6 @@ def _write_tokenizer(path: Path, vocab_size: int, tokenizer) -> None:
     (path / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
 
 
-def _randomize(model, seed: int) -> None:
-    """Fresh values for every parameter: matrices and embeddings N(0, 0.02), biases N(0, 0.02),
-    LayerNorm gains 1 + N(0, 0.1) and biases N(0, 0.05)."""
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g, dtype=torch.float32)
-            if ".ln_" in name and name.endswith(".weight"):
-                p.copy_(1.0 + 0.1 * noise)
-            elif ".ln_" in name:
-                p.copy_(0.05 * noise)
-            else:
-                p.copy_(0.02 * noise)
-
-
 def make_hf_checkpoint(path, n_layer, n_embd, n_head, vocab_size=512, n_positions=64, seed=0, prefix=True,
                        dtype=None, tokenizer="auto", mask_buffers=True) -> Ckpt:
     """A random GPT-2 checkpoint in Hugging Face's format at ``path`` (see the module docstring)."""
@@ -122,7 +107,7 @@ def make_hf_checkpoint(path, n_layer, n_embd, n_head, vocab_size=512, n_position
     cfg = transformers.GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab_size=vocab_size,
                                   n_positions=n_positions, bos_token_id=vocab_size - 1, eos_token_id=vocab_size - 1)
     model = transformers.GPT2LMHeadModel(cfg)
-    _randomize(model, seed)
+    randomize_hf_model(model, seed)
     model = model.to(dtype)
     if prefix:
         model.save_pretrained(path)
