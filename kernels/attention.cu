@@ -43,6 +43,7 @@
 //     lengths: [B] int32 on the device, 1 <= lengths[b] <= max_len (otherwise the row's output is NaN);
 //     out: [B, D] contiguous.  Split s covers keys [s * chunk, s * chunk + chunk);
 //     n_splits * chunk >= max_len, 1 <= chunk <= ATTN_DEC_MAX_CHUNK (256).
+//     Takes part in programmatic dependent launch (common.cuh): reads nothing before pdl_wait().
 //     part_acc: [B * H * n_splits * 64] floats, part_ml: [B * H * n_splits * 2] floats (scratch);
 //     counters: [B * H] int32, ZERO before the first launch; each launch leaves them zero again.
 //     With n_splits == 1 the scratch and counters are not touched (may be any pointers).
@@ -491,6 +492,8 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
     const int tid = threadIdx.x, lane16 = tid & 15, grp = tid >> 4;
     const unsigned half_mask = 0xffffu << (tid & 16);  // the 16 lanes of this thread's group
     const int split = blockIdx.x, n_splits = gridDim.x, h = blockIdx.y, b = blockIdx.z, H = gridDim.y;
+    pdl_trigger();  // programmatic dependent launch (common.cuh): nothing is read before the wait
+    pdl_wait();
     const int len = lengths[b];
     const bool bad = len < 1 || len > max_len;
     // Only the splits that hold keys take part (the grid is sized for max_len, so that one

@@ -43,3 +43,23 @@ __device__ __forceinline__ float gelu_tanh(float z) {
     const float k = 0.7978845608028654f;  // sqrt(2 / pi)
     return 0.5f * z * (1.0f + tanhf(k * (z + 0.044715f * z * z * z)));
 }
+
+// Programmatic dependent launch (sm_90; no-ops when compiled for older targets). A kernel
+// launched with the programmatic-serialization attribute (cuda_modules.launch(...,
+// programmatic=True)) may start while the kernel before it in the stream is still running:
+//   pdl_trigger()  this block lets the next kernel start launching (it still waits, below);
+//   pdl_wait()     returns once every kernel before this one has finished and its writes are
+//                  visible. Nothing a predecessor writes may be read, and nothing a predecessor
+//                  reads may be written, before it; read-only data (weights) may be.
+// Without the attribute the wait returns at once: the kernel is correct under a plain launch.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}

@@ -4,6 +4,7 @@
 //
 // Launch: grid = T, block = 128 (threads stride over D / 4 float4s). Requires D % 4 == 0.
 // ids and pos were checked on the host (0 <= id < vocab, 0 <= pos < n_ctx).
+// Lets the next kernel launch early (pdl_trigger; common.cuh) and reads after pdl_wait().
 #include "common.cuh"
 
 extern "C" __global__ void embedding_f32(
@@ -13,6 +14,8 @@ extern "C" __global__ void embedding_f32(
     const float* __restrict__ wpe,  // [n_ctx, D]
     float* __restrict__ x,          // [T, D]
     int D) {
+    pdl_trigger();
+    pdl_wait();
     const int t = blockIdx.x;
     const float4* e = reinterpret_cast<const float4*>(wte + (long long)ids[t] * D);
     const float4* p = reinterpret_cast<const float4*>(wpe + (long long)pos[t] * D);

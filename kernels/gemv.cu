@@ -23,6 +23,12 @@
 //      const float* ln_g, const float* ln_b, int M, int N, int K, float eps)
 //     x [M, K] contiguous, w [N, K], bias [N] / R [M, N] / ln_g, ln_b [K] where used (else NULL).
 //     Requirements: 1 <= M <= GEMV_MAX_M; K % 4 == 0 (f32) or K % 8 == 0 (bf16); x, w 16-byte aligned.
+//       gemv_*_nt_ln_bias_kv       as _ln_bias (N = 3D, the QKV product of the decode step), and
+//                                  each row's key and value also into the KV cache; extra arguments
+//                                  (const int* seq, const int* pos, float* k_cache, float* v_cache,
+//                                  long long batch_stride): see GemvKv.
+//     The nt kernels take part in programmatic dependent launch (common.cuh): they touch only
+//     their weights before pdl_wait().
 //
 // Launch recipe:
 //   gemv_*_{bias,bias_gelu,bias_residual}: 256 threads per block, no dynamic shared memory,
@@ -32,10 +38,10 @@
 //     Split-K reduction: each block of a column strip writes its partial sums to ws; the last to
 //     finish (counted on counters[blockIdx.x]) adds the strip's partials in split order 0, 1, ...
 //     and applies the epilogue. The order is fixed, so results repeat bit for bit.
-//   gemv_*_nt*: grid = (G, 1, 1) with 1 <= G (gpt2block: min(ceil(N / GEMV_NT_ROWS), 3 per SM)),
-//     block = GEMV_NT_THREADS (128); each block takes GEMV_NT_ROWS (4) outputs at a time, groups
-//     blockIdx.x, + G, ...; dynamic shared memory (M + 2) * K * 4 bytes for the _ln kernels
-//     (the normalized rows, g and b; above 48 KB needs the opt-in attribute), else 0.
+//   gemv_*_nt*: grid = (G, 1, 1) with 1 <= G (gpt2block: min(ceil(N / 16), 3 per SM)), block =
+//     GEMV_NT_THREADS (256); warp w of block b takes the GEMV_NT_ROWS (2) outputs starting at
+//     2 * (8b + w), then 16 G further, ...; dynamic shared memory (M + 2) * K * 4 bytes for the _ln
+//     kernels (the normalized rows, g and b; above 48 KB needs the opt-in attribute), else 0.
 
 #include "common.cuh"
 #include "mma.cuh"  // cp.async
@@ -202,18 +208,23 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 // ---------------------------------------------------------------------------------------------
 // nt: y[M, N] = epi(x'[M, K] @ w[N, K]^T (+ bias)), w holding W transposed (each output reads one
 // contiguous weight row: the decode layout, and the tied LM head over wte).
-// A block of 128 threads owns GEMV_NT_ROWS outputs; its threads stride along K together
-// (thread t takes the 16-byte chunks t, t + 128, ...), so a small matrix is spread over many
-// blocks and every x load serves GEMV_NT_ROWS weight rows. Loads go out in batches of
-// GEMV_NT_UNROLL chunks per row; the first batch is issued before the LayerNorm prologue, so
-// the two overlap. Partial sums: warp_sum, then the 4 warps through shared memory (fixed order).
+// Each warp owns GEMV_NT_ROWS (2) weight rows at a time, its lanes striding along K in 16-byte
+// chunks (lane l takes chunks l, l + 32, ...), GEMV_NT_UNROLL (bf16: _BF16) chunks per row in flight; the
+// partial sums meet by warp shuffles, no barrier. Warps walk the row pairs with a grid stride
+// (the LM head has thousands; the per-layer matrices one or two per warp). Many small warps
+// keep the loads in flight (bandwidth by occupancy, not by registers per thread).
 // LN: x' = LayerNorm(x; ln_g, ln_b) of each row, staged in shared memory [M][K] by every block
 // (row sums in float64: one pass for the sum and the sum of squares, which float64 keeps exact
 // enough for rows in the thousands); otherwise x' = x read through the L1 cache.
+// Programmatic dependent launch (common.cuh): the first batch of weights is loaded before
+// pdl_wait(); x, R and y are touched after it.
 
-#define GEMV_NT_THREADS 128
-#define GEMV_NT_ROWS 4    // outputs per block
-#define GEMV_NT_UNROLL 4  // 16-byte chunks per row per batch and thread
+#define GEMV_NT_THREADS 256
+#define GEMV_NT_WARPS (GEMV_NT_THREADS / 32)
+#define GEMV_NT_ROWS 2    // weight rows per warp at a time: each x load serves both
+#define GEMV_NT_UNROLL 4  // 16-byte chunks per row per lane in flight (float32 weights)
+#define GEMV_NT_UNROLL_BF16 2  // bf16: 8 weights per chunk to unpack, so fewer chunks fit the registers
+#define GEMV_NT_MIN_BLOCKS 3  // resident blocks per SM the registers must allow (24 warps)
 
 template <bool BF16>
 struct GemvRaw;  // 16 raw bytes of weights, loaded with a volatile asm so that the load is
@@ -258,11 +269,10 @@ __device__ __forceinline__ void gemv_unpack(const uint4& v, float (&w)[8]) {
 // x, g and b land in shared memory by cp.async (every copy in flight at once: one round trip),
 // then one warp per row forms its float64 sums, and the block normalizes in place.
 // xs: [M * K + 2 * K] floats of dynamic shared memory (g and b after the rows);
-// stat: __shared__ float [GEMV_MAX_M][2] (mean, 1/std as float64 -> kept as double below).
+// stat: __shared__ double [GEMV_MAX_M][2] (mean, 1/std).
 __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const float* __restrict__ g,
                                              const float* __restrict__ b, float* xs, double* stat, int M, int K,
                                              float eps) {
-    constexpr int WARPS = GEMV_NT_THREADS / 32;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int K4 = K >> 2, n4 = M * K4;
     float4* xs4 = reinterpret_cast<float4*>(xs);
@@ -275,7 +285,7 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
-    for (int m = warp; m < M; m += WARPS) {
+    for (int m = warp; m < M; m += GEMV_NT_WARPS) {
         const float* row = xs + m * K;
         double s = 0.0, q = 0.0;
         for (int k = lane; k < K; k += 32) {
@@ -301,28 +311,45 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
     __syncthreads();
 }
 
-template <bool BF16, int EPI, bool LN>
+// The KV-cache destination of the _kv kernels: output n of row m in [D, 2D) is key n - D of
+// token m, in [2D, 3D) its value; they go to k / v + seq[m] * batch_stride + pos[m] * D as well.
+struct GemvKv {
+    const int* seq;  // [M] cache row of each token
+    const int* pos;  // [M] position of each token
+    float* k;        // this layer's keys:   [batch][n_ctx, D] at batch_stride
+    float* v;        // this layer's values: the same
+    long long batch_stride;
+    int D;
+};
+
+template <bool BF16, int EPI, bool LN, bool KV>
 __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const typename GemvW<BF16>::T* __restrict__ w,
                                              const float* __restrict__ bias, const float* R, float* y,
                                              const float* __restrict__ ln_g, const float* __restrict__ ln_b,
-                                             int M, int N, int K, float eps) {
+                                             int M, int N, int K, float eps, int wpr, GemvKv kv) {
     constexpr int CPT = GemvW<BF16>::CPT;
-    constexpr int WARPS = GEMV_NT_THREADS / 32;
-    constexpr int STEP = GEMV_NT_THREADS * CPT;  // K covered by one chunk of every thread
+    constexpr int STEP = 32 * CPT;  // K covered by one chunk of every lane
+    constexpr int UNROLL = BF16 ? GEMV_NT_UNROLL_BF16 : GEMV_NT_UNROLL;
     typedef GemvRaw<BF16> Raw;
     extern __shared__ float4 gemv_smem4[];
     float* xs = reinterpret_cast<float*>(gemv_smem4);  // LN: [M][K]
     __shared__ double ln_stat[GEMV_MAX_M][2];
-    __shared__ float red[WARPS][GEMV_NT_ROWS][GEMV_MAX_M];
+    __shared__ float red[GEMV_NT_WARPS][32];  // wpr > 1: each warp's sums, lane-indexed
 
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    typename Raw::T wv[GEMV_NT_UNROLL][GEMV_NT_ROWS];
+    // The block's warps form GEMV_NT_WARPS / wpr groups; group g takes rows n_blk + 2g, + 1, and
+    // its wpr warps split K into slices of k_span (whole chunks), added in slice order.
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int group = warp / wpr, slice = warp - group * wpr;
+    const int rows_blk = (GEMV_NT_WARPS / wpr) * GEMV_NT_ROWS;
+    const int k_span = (((K + wpr - 1) / wpr + CPT - 1) / CPT) * CPT;
+    const int k_lo = slice * k_span, k_hi = min(K, k_lo + k_span);
+    typename Raw::T wv[UNROLL][GEMV_NT_ROWS];
     const typename GemvW<BF16>::T* wrow[GEMV_NT_ROWS];
     auto load_batch = [&](int k0) {
 #pragma unroll
-        for (int u = 0; u < GEMV_NT_UNROLL; ++u) {
+        for (int u = 0; u < UNROLL; ++u) {
             const int k = k0 + u * STEP;
-            if (k < K) {
+            if (k < k_hi) {
 #pragma unroll
                 for (int r = 0; r < GEMV_NT_ROWS; ++r) wv[u][r] = Raw::load(wrow[r] + k);
             }
@@ -333,75 +360,85 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
         for (int r = 0; r < GEMV_NT_ROWS; ++r) wrow[r] = w + (long long)min(n0 + r, N - 1) * K;  // >= N: unused
     };
 
-    // The block walks the row groups blockIdx.x, blockIdx.x + gridDim.x, ... (the LM head has
-    // thousands; the prologue is paid once per block).
-    int n0 = blockIdx.x * GEMV_NT_ROWS;
-    set_rows(n0);
-    load_batch(tid * CPT);
-    if (LN) gemv_ln_rows(x, ln_g, ln_b, xs, &ln_stat[0][0], M, K, eps);
+    pdl_trigger();
+    const int first = blockIdx.x * rows_blk;
+    set_rows(first + group * GEMV_NT_ROWS);
+    load_batch(k_lo + lane * CPT);  // weights only: before the wait
+    pdl_wait();
+    if (LN) gemv_ln_rows(x, ln_g, ln_b, xs, &ln_stat[0][0], M, K, eps);  // the whole block
 
-    for (; n0 < N; n0 += gridDim.x * GEMV_NT_ROWS) {
-    if (n0 != blockIdx.x * GEMV_NT_ROWS) {
-        set_rows(n0);
-        load_batch(tid * CPT);
-    }
-    int k0 = tid * CPT;
-    float acc[GEMV_NT_ROWS][GEMV_MAX_M];
+    for (int n_blk = first; n_blk < N; n_blk += gridDim.x * rows_blk) {  // the same trip count in every warp
+        const int n0 = n_blk + group * GEMV_NT_ROWS;
+        if (n_blk != first) {
+            set_rows(n0);
+            load_batch(k_lo + lane * CPT);
+        }
+        float acc[GEMV_NT_ROWS][GEMV_MAX_M];
 #pragma unroll
-    for (int r = 0; r < GEMV_NT_ROWS; ++r)
+        for (int r = 0; r < GEMV_NT_ROWS; ++r)
 #pragma unroll
-        for (int m = 0; m < GEMV_MAX_M; ++m) acc[r][m] = 0.0f;
-    for (;;) {
+            for (int m = 0; m < GEMV_MAX_M; ++m) acc[r][m] = 0.0f;
+        for (int k0 = k_lo + lane * CPT;;) {
 #pragma unroll
-        for (int u = 0; u < GEMV_NT_UNROLL; ++u) {
-            const int k = k0 + u * STEP;
-            if (k >= K) break;
-            float wf[GEMV_NT_ROWS][CPT];
+            for (int u = 0; u < UNROLL; ++u) {
+                const int k = k0 + u * STEP;
+                if (k >= k_hi) break;
+                float wf[GEMV_NT_ROWS][CPT];
 #pragma unroll
-            for (int r = 0; r < GEMV_NT_ROWS; ++r) gemv_unpack(wv[u][r], wf[r]);
+                for (int r = 0; r < GEMV_NT_ROWS; ++r) gemv_unpack(wv[u][r], wf[r]);
 #pragma unroll
-            for (int m = 0; m < GEMV_MAX_M; ++m) {
-                if (m >= M) break;
-                const float* xm = (LN ? xs : x) + (long long)m * K + k;
+                for (int m = 0; m < GEMV_MAX_M; ++m) {
+                    if (m >= M) break;
+                    const float* xm = (LN ? xs : x) + (long long)m * K + k;
 #pragma unroll
-                for (int c = 0; c < CPT; c += 4) {
-                    const float4 q = LN ? *reinterpret_cast<const float4*>(xm + c)
-                                        : __ldg(reinterpret_cast<const float4*>(xm + c));
+                    for (int c = 0; c < CPT; c += 4) {
+                        const float4 q = LN ? *reinterpret_cast<const float4*>(xm + c)
+                                            : __ldg(reinterpret_cast<const float4*>(xm + c));
 #pragma unroll
-                    for (int r = 0; r < GEMV_NT_ROWS; ++r) {
-                        acc[r][m] = fmaf(q.x, wf[r][c], acc[r][m]);
-                        acc[r][m] = fmaf(q.y, wf[r][c + 1], acc[r][m]);
-                        acc[r][m] = fmaf(q.z, wf[r][c + 2], acc[r][m]);
-                        acc[r][m] = fmaf(q.w, wf[r][c + 3], acc[r][m]);
+                        for (int r = 0; r < GEMV_NT_ROWS; ++r) {
+                            acc[r][m] = fmaf(q.x, wf[r][c], acc[r][m]);
+                            acc[r][m] = fmaf(q.y, wf[r][c + 1], acc[r][m]);
+                            acc[r][m] = fmaf(q.z, wf[r][c + 2], acc[r][m]);
+                            acc[r][m] = fmaf(q.w, wf[r][c + 3], acc[r][m]);
+                        }
                     }
                 }
             }
+            k0 += UNROLL * STEP;
+            if (k0 - lane * CPT >= k_hi) break;  // the warp's next batch would start past its slice
+            load_batch(k0);
         }
-        k0 += GEMV_NT_UNROLL * STEP;
-        if (k0 - tid * CPT >= K) break;
-        load_batch(k0);
-    }
 
+        // every lane gets every sum; lane r * GEMV_MAX_M + m holds output (m, n0 + r)
+        float mine = 0.0f;
 #pragma unroll
-    for (int r = 0; r < GEMV_NT_ROWS; ++r)
+        for (int r = 0; r < GEMV_NT_ROWS; ++r)
 #pragma unroll
-        for (int m = 0; m < GEMV_MAX_M; ++m) {
-            if (m >= M) break;
-            const float s = warp_sum(acc[r][m]);
-            if (lane == 0) red[warp][r][m] = s;
+            for (int m = 0; m < GEMV_MAX_M; ++m) {
+                if (m >= M) break;
+                const float s = warp_sum(acc[r][m]);
+                if (lane == r * GEMV_MAX_M + m) mine = s;
+            }
+        if (wpr > 1) {  // the slices of a group, added in slice order by its first warp
+            red[warp][lane] = mine;
+            __syncthreads();
+            if (slice == 0) {
+                mine = red[warp][lane];
+                for (int q = 1; q < wpr; ++q) mine += red[warp + q][lane];
+            }
+            __syncthreads();  // red is reused by the next row group
         }
-    __syncthreads();
-    if (tid < GEMV_NT_ROWS * GEMV_MAX_M) {
-        const int r = tid / GEMV_MAX_M, m = tid % GEMV_MAX_M, n = n0 + r;
-        if (m < M && n < N) {
-            float s = 0.0f;
-#pragma unroll
-            for (int q = 0; q < WARPS; ++q) s += red[q][r][m];
+        const int r = lane / GEMV_MAX_M, m = lane % GEMV_MAX_M, n = n0 + r;
+        if (slice == 0 && r < GEMV_NT_ROWS && m < M && n < N) {
             const long long idx = (long long)m * N + n;
-            y[idx] = EPI == GEMV_EPI_NONE ? s : gemv_epi<EPI>(s, bias, R, idx, n);
+            const float v = EPI == GEMV_EPI_NONE ? mine : gemv_epi<EPI>(mine, bias, R, idx, n);
+            y[idx] = v;
+            if (KV && n >= kv.D) {
+                const int part = n >= 2 * kv.D;  // 0: key, 1: value
+                float* dst = part ? kv.v : kv.k;
+                dst[kv.seq[m] * kv.batch_stride + (long long)kv.pos[m] * kv.D + (n - kv.D - part * kv.D)] = v;
+            }
         }
-    }
-    __syncthreads();  // red is reused by the next row group
     }
 }
 
@@ -417,11 +454,23 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     }
 
 #define GEMV_NT_KERNEL(name, bf16, epi, ln)                                                                   \
-    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS)                                             \
+    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GEMV_NT_MIN_BLOCKS)                         \
         name(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w, const float* __restrict__ bias, \
              const float* R, float* y, const float* __restrict__ ln_g, const float* __restrict__ ln_b, int M,    \
-             int N, int K, float eps) {                                                                        \
-        gemv_nt_body<bf16, epi, ln>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps);                               \
+             int N, int K, float eps, int wpr) {                                                               \
+        gemv_nt_body<bf16, epi, ln, false>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, GemvKv{});         \
+    }
+
+// ln_1 + QKV with the K / V store of the decode step (N = 3D): y as gemv_*_nt_ln_bias, and
+// keys and values into the cache (GemvKv).
+#define GEMV_NT_KV_KERNEL(name, bf16)                                                                         \
+    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GEMV_NT_MIN_BLOCKS)                         \
+        name(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w, const float* __restrict__ bias, \
+             const float* R, float* y, const float* __restrict__ ln_g, const float* __restrict__ ln_b, int M,    \
+             int N, int K, float eps, int wpr, const int* __restrict__ seq, const int* __restrict__ pos,                  \
+             float* __restrict__ k_cache, float* __restrict__ v_cache, long long batch_stride) {                 \
+        const GemvKv kv{seq, pos, k_cache, v_cache, batch_stride, N / 3};                                     \
+        gemv_nt_body<bf16, GEMV_EPI_BIAS, true, true>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, kv);   \
     }
 
 GEMV_KERNEL(gemv_f32_bias, false, GEMV_EPI_BIAS)
@@ -444,3 +493,5 @@ GEMV_NT_KERNEL(gemv_bf16_nt_ln_bias_gelu, true, GEMV_EPI_GELU, true)
 GEMV_NT_KERNEL(gemv_bf16_nt_bias, true, GEMV_EPI_BIAS, false)
 GEMV_NT_KERNEL(gemv_bf16_nt_bias_gelu, true, GEMV_EPI_GELU, false)
 GEMV_NT_KERNEL(gemv_bf16_nt_bias_residual, true, GEMV_EPI_RESIDUAL, false)
+GEMV_NT_KV_KERNEL(gemv_f32_nt_ln_bias_kv, false)
+GEMV_NT_KV_KERNEL(gemv_bf16_nt_ln_bias_kv, true)

@@ -1,16 +1,24 @@
 // sampling.cu: on-device support for choosing the next token.
 //
-// argmax_rows: out[r] = the first index of the largest value of logits[r, :] (np.argmax's
+// argmax_rows_f32: out[r] = the first index of the largest value of logits[r, :] (np.argmax's
 // tie rule). Greedy decoding then copies B ints to the host instead of B x vocab floats.
-// NaN logits: a NaN never wins (comparisons with NaN are false).
+// NaN logits: a NaN never wins (comparisons with NaN are false); an all-NaN row gives 0.
 //
-// Launch: grid = rows, block = ARGMAX_THREADS (1024), no dynamic shared memory.
+// A row is split into gridDim.x chunks of `chunk` values, one block each, so that the 50257
+// logits of a decode row are read by many SMs at once. Each block writes its (value, index)
+// to part_v / part_i [rows, gridDim.x]; the last block of the row to finish (an integer ticket
+// on counters[row], which it puts back to zero) reduces the partials in chunk order.
+//
+// Launch: grid = (ceil(V / chunk), rows), block = ARGMAX_THREADS, no dynamic shared memory;
+// counters [rows] zero before the first launch (left zero by every launch).
+// Takes part in programmatic dependent launch (common.cuh): reads nothing before pdl_wait().
 #include "common.cuh"
 
 #define NEG_INF_F32 __int_as_float(0xff800000)  // -inf without host math headers (NVRTC)
+#define ARGMAX_NONE 0x7fffffff                  // index of "no value yet"
 
 #ifndef ARGMAX_THREADS
-#define ARGMAX_THREADS 1024
+#define ARGMAX_THREADS 256
 #endif
 #define ARGMAX_UNROLL 8  // loads in flight per thread
 
@@ -19,29 +27,8 @@ __device__ __forceinline__ bool argmax_better(float v, int i, float bv, int bi) 
     return v > bv || (v == bv && i < bi);
 }
 
-extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_rows_f32(
-    const float* __restrict__ logits,  // [rows, V], row stride ld
-    int* __restrict__ out,             // [rows]
-    int V, int ld) {
-    __shared__ float sv[32];
-    __shared__ int si[32];
-    const float* row = logits + (long long)blockIdx.x * ld;
-    float bv = NEG_INF_F32;
-    int bi = 0x7fffffff;
-    // ARGMAX_UNROLL independent loads in flight per thread, then their comparisons in index order
-    for (int i0 = threadIdx.x; i0 < V; i0 += ARGMAX_UNROLL * blockDim.x) {
-        float v[ARGMAX_UNROLL];
-#pragma unroll
-        for (int u = 0; u < ARGMAX_UNROLL; ++u) {
-            const int i = i0 + u * blockDim.x;
-            v[u] = i < V ? __ldg(row + i) : NEG_INF_F32;
-        }
-#pragma unroll
-        for (int u = 0; u < ARGMAX_UNROLL; ++u) {
-            const int i = i0 + u * blockDim.x;
-            if (i < V && argmax_better(v[u], i, bv, bi)) { bv = v[u]; bi = i; }
-        }
-    }
+// The winner over the block; thread 0 gets it. sv, si: __shared__ [32].
+__device__ __forceinline__ void argmax_block(float& bv, int& bi, float* sv, int* si) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
@@ -54,14 +41,72 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_rows_f32(
     if (warp == 0) {
         const int nw = blockDim.x >> 5;
         bv = lane < nw ? sv[lane] : NEG_INF_F32;
-        bi = lane < nw ? si[lane] : 0x7fffffff;
+        bi = lane < nw ? si[lane] : ARGMAX_NONE;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
             const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
             if (argmax_better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
         }
-        // all logits NaN: report index 0 rather than an out-of-range sentinel
-        if (lane == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
     }
+    __syncthreads();  // sv, si free for a second call
+}
+
+extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_rows_f32(
+    const float* __restrict__ logits,  // [rows, V], row stride ld
+    int* __restrict__ out,             // [rows]
+    int V, int ld, int chunk,
+    float* __restrict__ part_v,        // [rows, gridDim.x]
+    int* __restrict__ part_i,          // [rows, gridDim.x]
+    int* __restrict__ counters) {      // [rows]
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    __shared__ int is_last;
+    pdl_trigger();
+    pdl_wait();
+    const int r = blockIdx.y, c = blockIdx.x, n_chunks = gridDim.x;
+    const float* row = logits + (long long)r * ld;
+    const int v0 = c * chunk, v1 = min(V, v0 + chunk);
+    float bv = NEG_INF_F32;
+    int bi = ARGMAX_NONE;
+    // ARGMAX_UNROLL independent loads in flight per thread, then their comparisons in index order
+    for (int i0 = v0 + threadIdx.x; i0 < v1; i0 += ARGMAX_UNROLL * ARGMAX_THREADS) {
+        float v[ARGMAX_UNROLL];
+#pragma unroll
+        for (int u = 0; u < ARGMAX_UNROLL; ++u) {
+            const int i = i0 + u * ARGMAX_THREADS;
+            v[u] = i < v1 ? __ldcg(row + i) : NEG_INF_F32;
+        }
+#pragma unroll
+        for (int u = 0; u < ARGMAX_UNROLL; ++u) {
+            const int i = i0 + u * ARGMAX_THREADS;
+            if (i < v1 && argmax_better(v[u], i, bv, bi)) { bv = v[u]; bi = i; }
+        }
+    }
+    argmax_block(bv, bi, sv, si);
+    if (n_chunks == 1) {
+        if (threadIdx.x == 0) out[r] = bi == ARGMAX_NONE ? 0 : bi;
+        return;
+    }
+    if (threadIdx.x == 0) {
+        part_v[(long long)r * n_chunks + c] = bv;
+        part_i[(long long)r * n_chunks + c] = bi;
+        __threadfence();  // the partial visible device-wide before the ticket is taken
+        const int ticket = atomicAdd(&counters[r], 1);
+        is_last = ticket == n_chunks - 1;
+        if (is_last) counters[r] = 0;  // ready for the next launch
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    bv = NEG_INF_F32;
+    bi = ARGMAX_NONE;
+    for (int q = threadIdx.x; q < n_chunks; q += ARGMAX_THREADS) {
+        const float qv = __ldcg(part_v + (long long)r * n_chunks + q);
+        const int qi = __ldcg(part_i + (long long)r * n_chunks + q);
+        if (argmax_better(qv, qi, bv, bi)) { bv = qv; bi = qi; }
+    }
+    argmax_block(bv, bi, sv, si);
+    // all logits NaN: report index 0 rather than an out-of-range sentinel
+    if (threadIdx.x == 0) out[r] = bi == ARGMAX_NONE ? 0 : bi;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Quick greedy-decode rate of gpt2block on random weights: python scripts/decode_rate.py [SIZE] [--steps N].
 
-Prints tokens/s per batch size and precision (median of 5 generations, prefill excluded).
+Prints tokens/s per batch size and precision (median of 5 generations, prefill excluded),
+with programmatic dependent launch on, off or both (--programmatic).
 The full comparison with transformers is scripts/bench.py.
 """
 
@@ -39,9 +40,15 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--programmatic", default="on", choices=["on", "off", "both"],
+                    help="programmatic dependent launch of the decode kernels (both: A/B in one run)")
     a = ap.parse_args()
     w = ModelWeights.random(SIZES[a.size], seed=0)
+    modes = {"on": [True], "off": [False], "both": [True, False]}[a.programmatic]
     for prec in a.precisions.split(","):
         runner = make_runner(w, "cuda", prec)
         for b in map(int, a.batches.split(",")):
-            print(f"{a.size} {prec} batch {b}: {rate(runner, b, a.steps):,.0f} tok/s", flush=True)
+            for pdl in modes:
+                runner.programmatic = pdl
+                print(f"{a.size} {prec} batch {b} programmatic {'on ' if pdl else 'off'}: "
+                      f"{rate(runner, b, a.steps):,.0f} tok/s", flush=True)

@@ -14,12 +14,16 @@ One block, the ten steps (the residual stream x is updated in place), prefill / 
     h = LN(x; g2, b2)                 layernorm_f32
     f = gelu(h @ W_fc + b_fc)         gemm epilogue bias_gelu
     x = x + f @ W_proj + b_proj       gemm epilogue bias_residual
-Decode (batch <= 8), six kernels per block:
-    qkv = LN(x) @ W_qkv + b           gemv_*_nt_ln_bias
-    K, V -> cache; a = attention      kvcache_store_f32, attention_decode_f32
+Decode (batch <= 8), five kernels per block:
+    qkv = LN(x) @ W_qkv + b; K, V -> cache   gemv_*_nt_ln_bias_kv
+    a = attention(q, cache)           attention_decode_f32
     x = x + a @ W_attn + b            gemv_*_nt_bias_residual
     f = gelu(LN(x) @ W_fc + b)        gemv_*_nt_ln_bias_gelu
     x = x + f @ W_proj + b            gemv_*_nt_bias_residual
+then ln_f + the LM head (gemv_*_nt_ln) and argmax_rows_f32. A step is one CUDA graph: the
+upload of its ints from pinned memory, the kernels (programmatic dependent launch on sm_90:
+each starts, and fetches its weights, while the one before finishes) and the download of the
+argmax into pinned memory.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import numpy as np
 from ..config import HEAD_DIM, GPT2Config
 from ..layout import block_layout
 from ..weights import ModelWeights
-from . import cuda_attention, cuda_linear, cuda_ops
+from . import cuda_attention, cuda_linear, cuda_modules, cuda_ops
 from .base import Cache, Runner, check_ids
 
 # precision mode -> (GEMM variant, attention variant); bf16 mode stores the decode matrices as bf16
@@ -79,6 +83,8 @@ class CudaCache(Cache):
         self.kv = cp.zeros((batch, c.n_layer, 2, c.n_positions, c.n_embd), cp.float32)
         self.batch_stride = c.n_layer * 2 * c.n_positions * c.n_embd  # elements between rows
         self.step = None  # [4, B] int32 on the device: ids, seq, pos, lengths of the current step
+        self.step_host = None  # the same in pinned host memory (the graph copies it up)
+        self.argmax_host = None  # [B] int32 pinned: the step's argmax (the graph copies it down)
         self.warm = False  # one eager step ran (kernels compiled, workspaces sized)
         self.graph = None  # the captured decode step (CudaRunner.use_graphs)
 
@@ -86,7 +92,8 @@ class CudaCache(Cache):
 class CudaRunner(Runner):
     backend = "cuda"
 
-    def __init__(self, weights: ModelWeights, precision: str = "fp32", use_graphs: bool = True):
+    def __init__(self, weights: ModelWeights, precision: str = "fp32", use_graphs: bool = True,
+                 programmatic: bool = True):
         if precision not in VARIANTS:
             raise ValueError(f"cuda backend precision must be one of {', '.join(VARIANTS)}; got {precision!r}")
         self.precision = precision
@@ -115,6 +122,7 @@ class CudaRunner(Runner):
         self._argmax = cp.empty(c.n_positions, cp.int32)
         self._logits_buf(8)
         self.use_graphs = use_graphs
+        self.programmatic = programmatic  # decode kernels with programmatic dependent launch (sm_90+)
         self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
 
     def new_cache(self, batch: int) -> CudaCache:
@@ -197,22 +205,23 @@ class CudaRunner(Runner):
                 qkv, k_cache, v_cache, d_len, out, n_head=c.n_head, q_stride=3 * c.n_embd,
                 cache_batch_stride=cache.batch_stride, max_len=c.n_positions)
             if b <= cuda_linear.GEMV_MAX_M:
-                self._decode_block_gemv(w, self.dec_mats[layer], b, attend, store)
+                kv = (d_seq, d_pos, k_cache, v_cache, cache.batch_stride)
+                self._decode_block_gemv(w, self.dec_mats[layer], b, attend, kv)
             else:
                 run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                           attend=attend, after_qkv=store)
         logits = self._head(0, b, decode=True)
         cuda_ops.argmax_rows(logits, self._argmax[:b])
 
-    def _decode_block_gemv(self, w, mats, b: int, attend, store) -> None:
+    def _decode_block_gemv(self, w, mats, b: int, attend, kv) -> None:
         """One block for b <= GEMV_MAX_M new tokens: four GEMVs over the transposed matrices,
-        the LayerNorms fused into the QKV and FC GEMVs, the residual adds into the projections."""
+        the LayerNorms fused into the QKV and FC GEMVs, the K / V store into the QKV GEMV
+        (``kv``: gemv_nt's argument), the residual adds into the projections."""
         eps = self.config.layer_norm_epsilon
         x, ws = self.x[:b], self.ws
         qkv, att, f = ws.qkv[:b], ws.att[:b], ws.f[:b]
         gemv_nt = cuda_linear.gemv_nt
-        gemv_nt(x, mats["w_qkv"], qkv, bias=w["b_qkv"], epilogue="bias", ln=(w["ln1_g"], w["ln1_b"], eps))
-        store(qkv)
+        gemv_nt(x, mats["w_qkv"], qkv, bias=w["b_qkv"], epilogue="bias", ln=(w["ln1_g"], w["ln1_b"], eps), kv=kv)
         attend(qkv, att)
         gemv_nt(att, mats["w_attn"], x, bias=w["b_attn"], epilogue="bias_residual", residual=x)
         gemv_nt(x, mats["w_fc"], f, bias=w["b_fc"], epilogue="bias_gelu", ln=(w["ln2_g"], w["ln2_b"], eps))
@@ -222,8 +231,9 @@ class CudaRunner(Runner):
         """One decode step for every row; returns the device logits [B, V] (argmax in self._argmax).
 
         The first step of a cache runs eagerly (compiling kernels, sizing workspaces); with
-        ``use_graphs`` the second is captured as a CUDA graph and every later step replays it,
-        so a step costs one upload of 4 x B ints, one graph launch and one download."""
+        ``use_graphs`` the second is captured as a CUDA graph and every later step replays it.
+        The step's ints go up from, and its argmax comes down to, pinned host buffers by copies
+        that are part of the step (of the graph): a step is one graph launch and one wait."""
         c = self.config
         tokens = check_ids(tokens, c.vocab_size)
         b = cache.batch
@@ -234,26 +244,37 @@ class CudaRunner(Runner):
         for r in range(b):
             cache.check_room(r, 1)
         pos = cache.pos
-        host = np.stack([tokens, np.arange(b), pos, pos + 1]).astype(np.int32)  # ids, seq, pos, lengths
         logits = self._logits_buf(b)
-        with self.stream:
-            if cache.step is None:
-                cache.step = cp.empty((4, b), cp.int32)
-            cache.step.set(host, stream=self.stream)
+        if cache.step is None:
+            cache.step = cp.empty((4, b), cp.int32)
+            cache.step_host = _pinned((4, b), np.int32)
+            cache.argmax_host = _pinned((b,), np.int32)
+        self.stream.synchronize()  # the previous step's copies have used the pinned buffers
+        cache.step_host[:] = [tokens, np.arange(b), pos, pos + 1]  # ids, seq, pos, lengths
+        with self.stream, cuda_modules.programmatic_launches(self.programmatic):
             if cache.graph is not None:
                 cache.graph.launch(self.stream)
             elif self.use_graphs and cache.warm:
                 self.stream.begin_capture()
                 try:
-                    self._decode_kernels(cache, cache.step)
+                    self._decode_step(cache)
                 finally:
                     cache.graph = self.stream.end_capture()
                 cache.graph.launch(self.stream)
             else:
-                self._decode_kernels(cache, cache.step)
+                self._decode_step(cache)
                 cache.warm = True
         cache.pos += 1
         return logits
+
+    def _decode_step(self, cache: "CudaCache") -> None:
+        """Upload the step's ints, run its kernels, download its argmax (all on self.stream)."""
+        b, s = cache.batch, self.stream.ptr
+        rt = cp.cuda.runtime
+        rt.memcpyAsync(cache.step.data.ptr, cache.step_host.ctypes.data, cache.step_host.nbytes,
+                       rt.memcpyHostToDevice, s)
+        self._decode_kernels(cache, cache.step)
+        rt.memcpyAsync(cache.argmax_host.ctypes.data, self._argmax.data.ptr, 4 * b, rt.memcpyDeviceToHost, s)
 
     def decode(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
         logits = self._decode_device(cache, tokens)
@@ -261,8 +282,16 @@ class CudaRunner(Runner):
 
     def decode_greedy(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
         self._decode_device(cache, tokens)
-        out = cp.asnumpy(self._argmax[:cache.batch], stream=self.stream, blocking=True)
-        return out.astype(np.int64)
+        self.stream.synchronize()
+        return cache.argmax_host.astype(np.int64)
+
+
+def _pinned(shape: tuple, dtype) -> np.ndarray:
+    """A NumPy array in page-locked host memory (copies from / to it can be part of a graph)."""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape))
+    mem = cp.cuda.alloc_pinned_memory(n * dtype.itemsize)
+    return np.frombuffer(mem, dtype, n).reshape(shape)
 
 
 # -- solve(): one non-causal block on the user's device buffers ------------------

@@ -229,4 +229,4 @@ def attention_decode(q, k_cache, v_cache, lengths, out, *, n_head: int, q_stride
     args = (q, np.int32(q_stride), k_cache, v_cache, np.int64(cbs), lengths, out, np.int32(d),
             np.int32(max_len), np.int32(chunk), ws.part_acc, ws.part_ml, ws.counters)
     launch(kernel("attention", "attention_decode_f32"), (n_splits, n_head, b), (DECODE_THREADS,), args,
-           stream=stream)
+           stream=stream, programmatic=True)

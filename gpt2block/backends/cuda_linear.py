@@ -228,8 +228,8 @@ def gemm_nt(a, b, out, *, variant="tf32x3", stream=None, tile=None):
 # GEMV.
 
 _GEMV_THREADS, _GEMV_RPP, _GEMV_UNROLL, _GEMV_TPR = 256, 32, 4, 8  # as in kernels/gemv.cu
-_GEMV_NT_THREADS, _GEMV_NT_ROWS = 128, 4  # GEMV_NT_THREADS, GEMV_NT_ROWS: outputs per block at a time
-_GEMV_NT_BLOCKS_PER_SM = 3  # resident at 128 registers per thread; more row groups loop in a block
+_GEMV_NT_THREADS, _GEMV_NT_ROWS = 256, 2  # GEMV_NT_THREADS; GEMV_NT_ROWS: outputs per warp at a time
+_GEMV_NT_BLOCKS_PER_SM = 3  # GEMV_NT_MIN_BLOCKS (the registers allow 3); more rows loop in a warp
 _GEMV_BLOCKS_PER_SM = 4  # split-K target: about this many blocks per SM
 _workspaces: dict = {}
 
@@ -305,7 +305,7 @@ def gemv(x, w, bias, out, *, epilogue="bias", residual=None, stream=None):
     launch(kernel("gemv", name), (strips, splits, 1), (_GEMV_THREADS, 1, 1), args, 0, stream)
 
 
-def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, stream=None):
+def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=None, stream=None):
     """out[M,N] = epi(x'[M,K] @ w[N,K]^T (+ bias[N])) for M <= GEMV_MAX_M; w float32 or bf16 bits
     holding W transposed (one contiguous row per output); K a multiple of 4 (float32) or 8 (bf16).
 
@@ -313,7 +313,12 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, stre
     residual may be ``out``). ``ln = (g, b, eps)``: x' = LayerNorm(x; g, b, eps), computed by the
     kernel itself (any epilogue but bias_residual); else x' = x. These are the decode step's
     products: ln_1 + QKV, ln_2 + FC with GELU, the projections with the residual add, and
-    ln_f + the tied LM head over wte."""
+    ln_f + the tied LM head over wte.
+
+    ``kv = (seq, pos, k_cache, v_cache, batch_stride)`` (with ln and epilogue "bias", N = 3D):
+    also writes out[m, D:2D] to k_cache + seq[m] * batch_stride + pos[m] * D and out[m, 2D:3D]
+    to v_cache at the same offset (seq, pos int32 [M] on the device, in range: the caller's
+    contract, as kvcache_store's). The kernel takes part in programmatic dependent launch."""
     _check_rows(x, "x")
     _check_weights(w, "w", "[N, K]")
     m, k = x.shape
@@ -345,16 +350,50 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, stre
             _check_shape(arr, name, (k,))
             if arr.data.ptr % 16:
                 raise ValueError(f"{name} must be 16-byte aligned; got address {arr.data.ptr:#x}")
-    _check_out(out, "out", {"x": x, "w": w, "bias": bias, "ln gain": g, "ln bias": b}, residual)
+    caches = {}
+    kv_args = ()
+    if kv is not None:
+        if ln is None or epilogue != "bias":
+            raise ValueError("kv (the K / V cache store) needs ln and epilogue 'bias' (the ln_1 + QKV product)")
+        if n % 3:
+            raise ValueError(f"kv needs N = 3 * D; got N = {n}")
+        seq, pos, k_cache, v_cache, batch_stride = kv
+        for name, arr in (("kv seq", seq), ("kv pos", pos)):
+            _check_array(arr, name, 1, (np.int32,))
+            _check_shape(arr, name, (m,))
+        for name, arr in (("k_cache", k_cache), ("v_cache", v_cache)):
+            _check_array(arr, name, 2)
+            if arr.shape[1] != n // 3:
+                raise ValueError(f"{name} must have rows of D = {n // 3}; got shape {tuple(arr.shape)}")
+        if m > 1 and not n // 3 <= batch_stride < 2**62:
+            raise ValueError(f"kv batch_stride = {batch_stride} must be at least D = {n // 3}")
+        caches = {"k_cache": k_cache, "v_cache": v_cache}
+        kv_args = (seq, pos, k_cache, v_cache, np.int64(batch_stride))
+    _check_out(out, "out", {"x": x, "w": w, "bias": bias, "ln gain": g, "ln bias": b, **caches}, residual)
 
     name = (f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_nt" + ("_ln" if ln is not None else "")
-            + (f"_{epilogue}" if epilogue else ""))
+            + (f"_{epilogue}" if epilogue else "") + ("_kv" if kv is not None else ""))
     args = (x, w, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _NULL if g is None else g, _NULL if b is None else b,
-            _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps))
+            _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps)) + kv_args
     smem = (m + 2) * k * 4 if ln is not None else 0  # the normalized rows, g and b
-    grid = min(-(-n // _GEMV_NT_ROWS), _GEMV_NT_BLOCKS_PER_SM * _sm_count())
-    launch(kernel("gemv", name), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args, smem, stream)
+    wpr, grid = gemv_nt_plan(n, k, cpt)
+    launch(kernel("gemv", name), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args[:11] + (np.int32(wpr),) + args[11:],
+           smem, stream, programmatic=True)
+
+
+def gemv_nt_plan(n: int, k: int, cpt: int, sms: int | None = None) -> tuple[int, int]:
+    """(wpr, grid) of an nt GEMV: the warps per row pair (they split K) and the blocks.
+    The fewest warps per row pair that still give every SM two blocks, while each warp keeps
+    at least one 16-byte chunk per lane of K; blocks beyond what stays resident loop."""
+    sms = _sm_count() if sms is None else sms
+    warps = _GEMV_NT_THREADS // 32
+    wpr = 1
+    while (wpr < warps and -(-n // (_GEMV_NT_ROWS * warps // wpr)) < 2 * sms
+           and k // (2 * wpr) >= 32 * cpt):
+        wpr *= 2
+    blocks = -(-n // (_GEMV_NT_ROWS * warps // wpr))
+    return wpr, min(blocks, _GEMV_NT_BLOCKS_PER_SM * sms)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,9 +8,12 @@ compile cache across processes. A compile error names the file and carries NVRTC
 
 from __future__ import annotations
 
+import contextlib
+
 import cupy as cp
 
 from ..kernel_source import read_source
+from . import cuda_launch
 
 NVRTC_OPTIONS = ("--std=c++17",)
 
@@ -51,11 +54,34 @@ def kernel(name: str, fn: str, defines: tuple[tuple[str, object], ...] = ()) -> 
     return k
 
 
-def launch(k: cp.RawKernel, grid, block, args, shared_mem: int = 0, stream=None) -> None:
-    """Launch ``k``; launch errors raise at once (CuPy checks cuLaunchKernel's return)."""
+_programmatic = False  # set by programmatic_launches()
+
+
+@contextlib.contextmanager
+def programmatic_launches(enabled: bool = True):
+    """Within: launches marked ``programmatic=True`` use programmatic dependent launch
+    (cuda_launch) on devices of compute capability 9.0 and up; everything else as usual."""
+    global _programmatic
+    before = _programmatic
+    _programmatic = bool(enabled) and int(cp.cuda.Device().compute_capability) >= 90
+    try:
+        yield
+    finally:
+        _programmatic = before
+
+
+def launch(k: cp.RawKernel, grid, block, args, shared_mem: int = 0, stream=None, programmatic: bool = False) -> None:
+    """Launch ``k``; launch errors raise at once (CuPy checks cuLaunchKernel's return).
+    ``programmatic``: ``k`` calls pdl_wait() before reading its inputs (kernels/common.cuh), so
+    inside programmatic_launches() it may start before the kernel ahead of it has finished."""
     grid = tuple(int(g) for g in grid)
     if min(grid) <= 0:
         raise ValueError(f"{k.name}: empty grid {grid}")
     if shared_mem > 48 * 1024 and k.max_dynamic_shared_size_bytes < shared_mem:
         k.max_dynamic_shared_size_bytes = shared_mem
-    k(grid, tuple(int(b) for b in block), args, shared_mem=shared_mem, stream=stream)
+    block = tuple(int(b) for b in block)
+    if programmatic and _programmatic:
+        s = stream if stream is not None else cp.cuda.get_current_stream()
+        cuda_launch.launch_programmatic(k.kernel.ptr, k.name, grid, block, args, shared_mem, s.ptr)
+    else:
+        k(grid, block, args, shared_mem=shared_mem, stream=stream)

@@ -14,7 +14,8 @@ LN_WARPS = 4
 LN_MAX_VEC = 13  # layernorm.cu holds a row in registers: D <= 128 * LN_MAX_VEC (a module per
 # ceil(D / 128), so a narrow row does not pay a wide row's registers)
 LN_MAX_D = 128 * LN_MAX_VEC
-ARGMAX_THREADS = 1024
+ARGMAX_THREADS = 256
+ARGMAX_CHUNK = 8 * ARGMAX_THREADS  # logits per block: ARGMAX_UNROLL loads per thread (sampling.cu)
 
 
 def _f32(name, a, ndim=None):
@@ -71,13 +72,39 @@ def kvcache_store(qkv, seq, pos, k_cache, v_cache, batch_stride: int) -> None:
     launch(k, (t,), (128,), (qkv, seq, pos, k_cache, v_cache, cp.int64(batch_stride), cp.int32(d3 // 3)))
 
 
+class ArgmaxWorkspace:
+    """Partials [rows, chunks] and per-row tickets (zero; the kernel leaves them zero) of
+    argmax_rows on one stream. Grows outside a capture; the eager first decode step sizes it."""
+
+    def __init__(self, rows: int, chunks: int):
+        self.rows, self.chunks = rows, chunks
+        self.part_v = cp.empty(rows * chunks, cp.float32)
+        self.part_i = cp.empty(rows * chunks, cp.int32)
+        self.counters = cp.zeros(rows, cp.int32)
+
+
+_argmax_ws: dict = {}
+
+
 def argmax_rows(logits, out) -> None:
-    """out[r] = argmax(logits[r]) (first index of the maximum): logits [rows, V], out int32 [rows]."""
+    """out[r] = argmax(logits[r]) (first index of the maximum): logits [rows, V], out int32 [rows].
+    Each row is read by ceil(V / ARGMAX_CHUNK) blocks, reduced in the kernel (sampling.cu)."""
     if not isinstance(logits, cp.ndarray) or logits.dtype != cp.float32 or logits.ndim != 2 or logits.strides[1] != 4:
         raise ValueError("logits must be a float32 CuPy array [rows, V] with contiguous rows")
     rows, v = logits.shape
+    if rows < 1 or v < 1:
+        raise ValueError(f"logits must not be empty; got shape {logits.shape}")
+    if rows > 65535:
+        raise ValueError(f"argmax_rows takes at most 65535 rows; got {rows}")
     ld = logits.strides[0] // 4
-    if out.dtype != cp.int32 or out.shape != (rows,):
-        raise ValueError(f"out must be int32 of shape ({rows},)")
+    if not isinstance(out, cp.ndarray) or out.dtype != cp.int32 or out.shape != (rows,):
+        raise ValueError(f"out must be an int32 CuPy array of shape ({rows},)")
+    chunks = -(-v // ARGMAX_CHUNK)
+    key = (cp.cuda.Device().id, cp.cuda.get_current_stream().ptr)
+    ws = _argmax_ws.get(key)
+    if ws is None or ws.rows < rows or ws.chunks < chunks:
+        ws = _argmax_ws[key] = ArgmaxWorkspace(max(rows, ws.rows if ws else 0), max(chunks, ws.chunks if ws else 0))
     k = kernel("sampling", "argmax_rows_f32", (("ARGMAX_THREADS", ARGMAX_THREADS),))
-    launch(k, (rows,), (ARGMAX_THREADS,), (logits, out, cp.int32(v), cp.int32(ld)))
+    launch(k, (chunks, rows), (ARGMAX_THREADS,),
+           (logits, out, cp.int32(v), cp.int32(ld), cp.int32(ARGMAX_CHUNK), ws.part_v, ws.part_i, ws.counters),
+           programmatic=True)

@@ -81,6 +81,9 @@ def _gemv_cases() -> list:
             dict(wdtype=wdtype, m=8, k=1280, n=1280, nt=True, epilogue="bias_residual"),
             dict(wdtype=wdtype, m=1, k=6400, n=1600, nt=True, epilogue="bias_residual", inplace=True),
             dict(wdtype=wdtype, m=2, k=104, n=33, nt=True, epilogue="bias_gelu"),
+            # narrow outputs: the warps of a block split K (gemv_nt_plan: 8 and 4 per row pair)
+            dict(wdtype=wdtype, m=8, k=3072, n=768, nt=True, epilogue="bias_residual"),
+            dict(wdtype=wdtype, m=5, k=768, n=768, nt=True, epilogue="bias_residual", inplace=True),
         ]
     return cases
 
@@ -178,3 +181,70 @@ def test_linear_sends_small_m_to_the_gemv(checks, m):
     else:
         L.gemm(a, b, bias, want, variant="tf32x3")
     assert cp.array_equal(got.view(cp.uint32), want.view(cp.uint32))
+
+
+@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
+@pytest.mark.parametrize("m,d", [(1, 768), (3, 1024), (8, 1600)])
+def test_gemv_nt_kv_store(checks, wdtype, m, d):
+    """ln_1 + QKV with the K / V store (gemv_*_nt_ln_bias_kv): out bit-equal to the kernel
+    without the store, and the cache rows bit-equal to out's K and V, at (seq, pos) of each row,
+    nothing else of the (poisoned) cache touched."""
+    import cupy as cp
+    import numpy as np
+
+    L = checks.L
+    rng = cp.random.default_rng()
+    n_ctx, batch = 40, 9
+    x = rng.standard_normal((m, d), dtype=cp.float32)
+    w = rng.standard_normal((3 * d, d), dtype=cp.float32) * 0.02
+    if wdtype == "bf16":
+        w = L.to_bf16_bits(w)
+    bias = rng.standard_normal(3 * d, dtype=cp.float32) * 0.02
+    g = rng.uniform(0.8, 1.2, d, dtype=cp.float32)
+    b = rng.standard_normal(d, dtype=cp.float32) * 0.1
+    kv = cp.full((batch, 2, n_ctx, d), cp.nan, cp.float32)  # [row, k|v, pos, D]
+    stride = 2 * n_ctx * d
+    seq = np.random.default_rng().permutation(batch)[:m].astype(np.int32)
+    pos = np.random.default_rng().integers(0, n_ctx, m).astype(np.int32)
+    got, want = (cp.full((m, 3 * d), cp.nan, cp.float32) for _ in range(2))
+    L.gemv_nt(x, w, got, bias=bias, epilogue="bias", ln=(g, b, 1e-5),
+              kv=(cp.asarray(seq), cp.asarray(pos), kv[0, 0], kv[0, 1], stride))
+    L.gemv_nt(x, w, want, bias=bias, epilogue="bias", ln=(g, b, 1e-5))
+    assert cp.array_equal(got.view(cp.uint32), want.view(cp.uint32))
+    host = cp.asnumpy(kv)
+    out = cp.asnumpy(got)
+    for i in range(m):
+        np.testing.assert_array_equal(host[seq[i], 0, pos[i]], out[i, d:2 * d])
+        np.testing.assert_array_equal(host[seq[i], 1, pos[i]], out[i, 2 * d:])
+        host[seq[i], :, pos[i]] = np.nan
+    assert np.isnan(host).all(), "the kv store wrote outside its rows"
+
+
+def test_gemv_nt_kv_bad_arguments(checks):
+    import cupy as cp
+
+    L = checks.L
+    x = cp.zeros((2, 64), cp.float32)
+    w = cp.zeros((192, 64), cp.float32)
+    bias = cp.zeros(192, cp.float32)
+    ln = (cp.ones(64, cp.float32), cp.zeros(64, cp.float32), 1e-5)
+    out = cp.zeros((2, 192), cp.float32)
+    cache = cp.zeros((2, 10, 64), cp.float32)
+    seq = pos = cp.zeros(2, cp.int32)
+    good = (seq, pos, cache[0], cache[1], 640)
+    with pytest.raises(ValueError, match="needs ln"):
+        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", kv=good)
+    with pytest.raises(ValueError, match="needs ln and epilogue 'bias'"):
+        L.gemv_nt(x, w, out, bias=bias, epilogue="bias_gelu", ln=ln, kv=good)
+    with pytest.raises(ValueError, match="kv seq must be int32"):
+        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=(seq.astype(cp.int64), pos, cache[0], cache[1], 640))
+    with pytest.raises(ValueError, match="kv pos must have shape"):
+        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=(seq, cp.zeros(3, cp.int32), cache[0], cache[1], 640))
+    with pytest.raises(ValueError, match="k_cache must have rows of D = 64"):
+        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=(seq, pos, cp.zeros((10, 32), cp.float32), cache[1], 640))
+    with pytest.raises(ValueError, match="batch_stride = 3"):
+        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=(seq, pos, cache[0], cache[1], 3))
+    with pytest.raises(ValueError, match="out overlaps k_cache"):
+        L.gemv_nt(x, w, cache.reshape(-1)[:384].reshape(2, 192), bias=bias, epilogue="bias", ln=ln, kv=good)
+    with pytest.raises(ValueError, match="N = 3 \\* D"):
+        L.gemv_nt(x, w[:190], cp.zeros((2, 190), cp.float32), bias=bias[:190], epilogue="bias", ln=ln, kv=good)

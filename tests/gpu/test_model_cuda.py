@@ -159,3 +159,64 @@ def test_embedding_and_argmax_kernels(cp):
     out = cp.full(5, -1, cp.int32)
     cuda_ops.argmax_rows(cp.asarray(logits), out)
     np.testing.assert_array_equal(cp.asnumpy(out), logits.argmax(-1))
+
+
+@pytest.mark.parametrize("v", [1, 2, 2047, 2048, 2049, 50257])
+def test_argmax_chunks(cp, v):
+    """argmax_rows splits a row over ceil(V / ARGMAX_CHUNK) blocks: the winner in any chunk,
+    ties across chunks, -inf and NaN rows, more rows than one launch's workspace held."""
+    from gpt2block.backends import cuda_ops
+
+    rng = np.random.default_rng()
+    rows = 9
+    logits = rng.normal(0, 1, (rows, v)).astype(np.float32)
+    if v > 1:
+        logits[1, [0, v - 1]] = 50.0  # tie between the first and the last chunk: index 0 wins
+        logits[2, v - 1] = 50.0  # the last element
+    logits[3] = -np.inf  # every value -inf: index 0, as np.argmax
+    logits[4] = np.nan  # every value NaN: index 0 (a NaN never wins)
+    logits[5, rng.integers(0, v)] = np.nan  # one NaN: ignored
+    expect = np.where(np.isnan(logits), -np.inf, logits).argmax(-1)
+    for _ in range(2):  # twice: the tickets were put back to zero
+        out = cp.full(rows, -1, cp.int32)
+        cuda_ops.argmax_rows(cp.asarray(logits), out)
+        np.testing.assert_array_equal(cp.asnumpy(out), expect)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_programmatic_launch_changes_no_bit(hf_models, precision):
+    """Decode with programmatic dependent launch (the default) against plain launches, graphs on
+    and off: the same kernels in the same order, so the logits must agree bit for bit."""
+    from gpt2block.backends import cuda_launch
+
+    path, _ = hf_models[768]
+    weights = load_weights(path)
+    rng = np.random.default_rng()
+    prompts = [rng.integers(0, 50257, n) for n in (3, 40)]
+    steps = rng.integers(0, 50257, (5, 2))
+    calls = []
+    real = cuda_launch.launch_programmatic
+
+    def counting(*a, **k):
+        calls.append(a[1])
+        return real(*a, **k)
+
+    results = []
+    for programmatic, graphs in ((True, True), (False, True), (True, False)):
+        runner = make_runner(weights, "cuda", precision)
+        runner.programmatic, runner.use_graphs = programmatic, graphs
+        cache = runner.new_cache(2)
+        for r, p in enumerate(prompts):
+            runner.prefill(cache, r, p)
+        cuda_launch.launch_programmatic = counting
+        try:
+            results.append(np.stack([runner.decode(cache, s) for s in steps]))
+        finally:
+            cuda_launch.launch_programmatic = real
+        if programmatic:
+            assert any(n.startswith("gemv_") and n.endswith("_kv") for n in calls), "no programmatic launch ran"
+        else:
+            assert not calls
+        calls.clear()
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_array_equal(results[0], results[2])

@@ -1,0 +1,75 @@
+"""The driver-call structures of programmatic dependent launch (backends/cuda_launch.py):
+their layout must be cuda.h's, and arguments must pack as the kernels declare them. No GPU."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from gpt2block.backends import cuda_launch
+
+
+def test_structures_have_cuda_h_layout():
+    # CUlaunchAttribute: id (4) + pad (4) + a 64-byte union; CUlaunchConfig: 7 uints, then
+    # the stream at offset 32, the attribute pointer at 40, their count at 48, size 56
+    assert ctypes.sizeof(cuda_launch.LaunchAttribute) == 72
+    assert cuda_launch.LaunchAttribute.value.offset == 8
+    assert ctypes.sizeof(cuda_launch.LaunchConfig) == 56
+    assert cuda_launch.LaunchConfig.hStream.offset == 32
+    assert cuda_launch.LaunchConfig.attrs.offset == 40
+    assert cuda_launch.LaunchConfig.numAttrs.offset == 48
+
+
+class _Dev:  # stands for a device array: only .data.ptr is read
+    class data:
+        ptr = 0x7F0012345600
+
+
+def test_pack_args_types_and_values():
+    values, params = cuda_launch.pack_args(
+        (_Dev(), np.int32(-3), np.int64(1 << 40), np.uint64(0), np.float32(0.5)))
+    assert [type(v) for v in values] == [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64,
+                                         ctypes.c_float]
+    assert values[0].value == 0x7F0012345600 and values[1].value == -3 and values[2].value == 1 << 40
+    assert values[4].value == 0.5
+    for v, p in zip(values, params):
+        assert p == ctypes.addressof(v)
+
+
+@pytest.mark.parametrize("bad", [3, 2.0, np.float64(1.0), np.int16(1), "x", None])
+def test_pack_args_refuses_what_the_kernels_do_not_declare(bad):
+    with pytest.raises(TypeError, match="kernel argument 1"):
+        cuda_launch.pack_args((np.int32(1), bad))
+
+
+def test_launch_pads_grid_and_block_to_three_dimensions(monkeypatch):
+    """A (x,) or (x, y) grid / block is launched as (x, 1, 1) / (x, y, 1); the driver is faked."""
+    seen = {}
+
+    class FakeLib:
+        def cuLaunchKernelEx(self, cfg, func, params, extra):
+            c = cfg._obj
+            seen["dims"] = (c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY, c.blockDimZ)
+            seen["smem"], seen["n_attrs"] = c.sharedMemBytes, c.numAttrs
+            seen["attr"] = (c.attrs[0].id, c.attrs[0].value[0])
+            return 0
+
+    monkeypatch.setattr(cuda_launch, "_lib", lambda: FakeLib())
+    cuda_launch.launch_programmatic(0x1234, "k", (5, 2), (128,), (np.int32(1),), 640, 0)
+    assert seen["dims"] == (5, 2, 1, 128, 1, 1)
+    assert seen["smem"] == 640 and seen["n_attrs"] == 1
+    assert seen["attr"] == (cuda_launch.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 1)
+
+
+def test_launch_error_names_the_kernel(monkeypatch):
+    class FakeLib:
+        def cuLaunchKernelEx(self, *a):
+            return 1  # CUDA_ERROR_INVALID_VALUE
+
+        def cuGetErrorName(self, rc, out):
+            out._obj.value = b"CUDA_ERROR_INVALID_VALUE"
+            return 0
+
+    monkeypatch.setattr(cuda_launch, "_lib", lambda: FakeLib())
+    with pytest.raises(RuntimeError, match="my_kernel: cuLaunchKernelEx failed with CUDA_ERROR_INVALID_VALUE"):
+        cuda_launch.launch_programmatic(0x1234, "my_kernel", (1,), (32,), (), 0, 0)
