@@ -42,7 +42,7 @@
 //     q: row b at q + b * q_stride; key t of row b at k_cache + b * cache_batch_stride + t * D (v likewise);
 //     lengths: [B] int32 on the device, 1 <= lengths[b] <= max_len (otherwise the row's output is NaN);
 //     out: [B, D] contiguous.  Split s covers keys [s * chunk, s * chunk + chunk);
-//     n_splits * chunk >= max_len, 1 <= chunk <= ATTN_DEC_MAX_CHUNK (256).
+//     n_splits * chunk >= max_len, 1 <= chunk <= ATTN_DEC_MAX_CHUNK (64).
 //     Takes part in programmatic dependent launch (common.cuh): reads nothing before pdl_wait().
 //     part_acc: [B * H * n_splits * 64] floats, part_ml: [B * H * n_splits * 2] floats (scratch);
 //     counters: [B * H] int32, ZERO before the first launch; each launch leaves them zero again.
@@ -60,7 +60,7 @@
 #define ATTN_MMA_F_SMEM_BYTES (ATTN_MMA_SMEM_BYTES + 4 * 8 * 2 * 32 * 16)  // + Q fragments (tf32x3f)
 #define ATTN_SCALE 0.125f                 // 1 / sqrt(64): a power of two, so pre-scaling q is exact
 #define ATTN_DEC_THREADS 128
-#define ATTN_DEC_MAX_CHUNK 256
+#define ATTN_DEC_MAX_CHUNK 64  // keys per split: 8 per 16-lane group, all loaded at once
 
 extern __shared__ __align__(16) float attn_smem[];  // dynamic shared memory of the prefill kernels
 
@@ -467,7 +467,8 @@ attention_prefill_tf32(const float* __restrict__ q, int q_stride,   // q: [s_q, 
 }
 
 // =============================================================================================
-// attention_decode_f32: block (split s, head h, row b), 128 threads. Keys of the split are scored
+// attention_decode_f32: block (split s, head h, row b), 128 threads. The split's keys and values
+// (at most 64) are loaded into registers at once; keys are scored
 // by 8 groups of 16 lanes (a float4 of the 64 dims per lane), softmaxed within the split, and
 // summed against V by the same 8 groups; the 8 group sums are added in a fixed order. The partial
 // (max m, sum l, unnormalised acc[64]) goes to scratch; the last block of (b, h) to arrive
@@ -513,14 +514,29 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
     float4 qv = *reinterpret_cast<const float4*>(q + (size_t)b * q_stride + h * 64 + lane16 * 4);
     qv.x *= ATTN_SCALE; qv.y *= ATTN_SCALE; qv.z *= ATTN_SCALE; qv.w *= ATTN_SCALE;
 
+    // Every key and value of the split in flight at once: group grp takes keys grp + 8j, j < 8
+    // (chunk <= 64), each lane a float4 of the 64 dims of each.
+    constexpr int PER_GROUP = ATTN_DEC_MAX_CHUNK / 8;
+    float4 kr[PER_GROUP], vr[PER_GROUP];
+#pragma unroll
+    for (int j = 0; j < PER_GROUP; ++j) {
+        const int i = grp + 8 * j;
+        if (i < n) {
+            const size_t off = row_off + (size_t)(k0 + i) * D;
+            kr[j] = *reinterpret_cast<const float4*>(k_cache + off);
+            vr[j] = *reinterpret_cast<const float4*>(v_cache + off);
+        }
+    }
+
     // scores
-#pragma unroll 4
-    for (int i = grp; i < n; i += 8) {
-        const float4 kv = *reinterpret_cast<const float4*>(k_cache + row_off + (size_t)(k0 + i) * D);
-        float d = qv.x * kv.x;
-        d = fmaf(qv.y, kv.y, d);
-        d = fmaf(qv.z, kv.z, d);
-        d = fmaf(qv.w, kv.w, d);
+#pragma unroll
+    for (int j = 0; j < PER_GROUP; ++j) {
+        const int i = grp + 8 * j;
+        if (i >= n) break;
+        float d = qv.x * kr[j].x;
+        d = fmaf(qv.y, kr[j].y, d);
+        d = fmaf(qv.z, kr[j].z, d);
+        d = fmaf(qv.w, kr[j].w, d);
         // Only this 16-lane group runs this iteration (the warp's other group may have one
         // key fewer): the shuffle's mask names exactly the group's lanes, never the whole warp.
 #pragma unroll
@@ -546,16 +562,17 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
     sum = block_sum(sum, red[0]);  // red[0] as 32-float scratch; block_sum syncs before returning values
     __syncthreads();                // sc (probabilities) visible to all, red free again
 
-    // P V: group grp takes keys grp, grp + 8, ...; lane16 owns dims 4*lane16 .. +3
+    // P V from the values already in registers; lane16 owns dims 4*lane16 .. +3
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
-    for (int i = grp; i < n; i += 8) {
+#pragma unroll
+    for (int j = 0; j < PER_GROUP; ++j) {
+        const int i = grp + 8 * j;
+        if (i >= n) break;
         const float p = sc[i];
-        const float4 vv = *reinterpret_cast<const float4*>(v_cache + row_off + (size_t)(k0 + i) * D);
-        acc.x = fmaf(p, vv.x, acc.x);
-        acc.y = fmaf(p, vv.y, acc.y);
-        acc.z = fmaf(p, vv.z, acc.z);
-        acc.w = fmaf(p, vv.w, acc.w);
+        acc.x = fmaf(p, vr[j].x, acc.x);
+        acc.y = fmaf(p, vr[j].y, acc.y);
+        acc.z = fmaf(p, vr[j].z, acc.z);
+        acc.w = fmaf(p, vr[j].w, acc.w);
     }
     *reinterpret_cast<float4*>(&red[grp][lane16 * 4]) = acc;
     __syncthreads();

@@ -286,12 +286,13 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
     cp_async_wait<0>();
     __syncthreads();
     for (int m = warp; m < M; m += GEMV_NT_WARPS) {
-        const float* row = xs + m * K;
+        const float4* row = xs4 + m * K4;
         double s = 0.0, q = 0.0;
-        for (int k = lane; k < K; k += 32) {
-            const double v = row[k];
-            s += v;
-            q += v * v;
+        for (int k = lane; k < K4; k += 32) {
+            const float4 v = row[k];
+            const double a = v.x, b2 = v.y, c = v.z, d = v.w;
+            s += (a + b2) + (c + d);
+            q += (a * a + b2 * b2) + (c * c + d * d);
         }
         s = warp_sum(s);
         q = warp_sum(q);
@@ -302,11 +303,16 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
         }
     }
     __syncthreads();
-    const float* gs = xs + M * K;
-    const float* bs = gs + K;
-    for (int i = tid; i < M * K; i += GEMV_NT_THREADS) {
-        const int m = i / K, k = i - m * K;
-        xs[i] = fmaf((float)((xs[i] - stat[2 * m]) * stat[2 * m + 1]), gs[k], bs[k]);
+    const float4* gs4 = xs4 + n4;
+    const float4* bs4 = gs4 + K4;
+    for (int i = tid; i < n4; i += GEMV_NT_THREADS) {
+        const int m = i / K4, k = i - m * K4;
+        const double mean = stat[2 * m], rstd = stat[2 * m + 1];
+        const float4 v = xs4[i], g4 = gs4[k], b4 = bs4[k];
+        xs4[i] = make_float4(fmaf((float)((v.x - mean) * rstd), g4.x, b4.x),
+                             fmaf((float)((v.y - mean) * rstd), g4.y, b4.y),
+                             fmaf((float)((v.z - mean) * rstd), g4.z, b4.z),
+                             fmaf((float)((v.w - mean) * rstd), g4.w, b4.w));
     }
     __syncthreads();
 }

@@ -32,8 +32,8 @@ PREFILL_VARIANTS = {
     "tf32": ("attention_prefill_tf32", 128, 4 * TILE * LDS * 4),
 }
 DECODE_THREADS = 128
-DECODE_MIN_CHUNK = 32  # keys per split, at least (short splits cost more in combining than they save)
-DECODE_MAX_CHUNK = 256  # ATTN_DEC_MAX_CHUNK in attention.cu (the split's scores live in shared memory)
+DECODE_MIN_CHUNK = 64  # keys per split, at least (short splits cost more in combining than they save)
+DECODE_MAX_CHUNK = 64  # ATTN_DEC_MAX_CHUNK in attention.cu (a split's keys and values live in registers)
 DECODE_BLOCKS_PER_SM = 2  # split until (B * H * splits) reaches this many blocks per multiprocessor
 INT32_MAX = 2**31 - 1
 
