@@ -222,9 +222,13 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 #define GEMV_NT_THREADS 256
 #define GEMV_NT_WARPS (GEMV_NT_THREADS / 32)
 #define GEMV_NT_ROWS 2    // weight rows per warp at a time: each x load serves both
+#ifndef GEMV_NT_UNROLL
 #define GEMV_NT_UNROLL 4  // 16-byte chunks per row per lane in flight (float32 weights)
+#endif
 #define GEMV_NT_UNROLL_BF16 2  // bf16: 8 weights per chunk to unpack, so fewer chunks fit the registers
+#ifndef GEMV_NT_MIN_BLOCKS
 #define GEMV_NT_MIN_BLOCKS 3  // resident blocks per SM the registers must allow (24 warps)
+#endif
 
 template <bool BF16>
 struct GemvRaw;  // 16 raw bytes of weights, loaded with a volatile asm so that the load is

@@ -230,6 +230,7 @@ def gemm_nt(a, b, out, *, variant="tf32x3", stream=None, tile=None):
 _GEMV_THREADS, _GEMV_RPP, _GEMV_UNROLL, _GEMV_TPR = 256, 32, 4, 8  # as in kernels/gemv.cu
 _GEMV_NT_THREADS, _GEMV_NT_ROWS = 256, 2  # GEMV_NT_THREADS; GEMV_NT_ROWS: outputs per warp at a time
 _GEMV_NT_BLOCKS_PER_SM = 3  # GEMV_NT_MIN_BLOCKS (the registers allow 3); more rows loop in a warp
+NT_DEFINES: tuple = ()  # extra #defines of the nt kernels (tuning runs: GEMV_NT_UNROLL, GEMV_NT_MIN_BLOCKS)
 _GEMV_BLOCKS_PER_SM = 4  # split-K target: about this many blocks per SM
 _workspaces: dict = {}
 
@@ -378,7 +379,8 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps)) + kv_args
     smem = (m + 2) * k * 4 if ln is not None else 0  # the normalized rows, g and b
     wpr, grid = gemv_nt_plan(n, k, cpt)
-    launch(kernel("gemv", name), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args[:11] + (np.int32(wpr),) + args[11:],
+    launch(kernel("gemv", name, NT_DEFINES), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1),
+           args[:11] + (np.int32(wpr),) + args[11:],
            smem, stream, programmatic=True)
 
 
@@ -393,7 +395,8 @@ def gemv_nt_plan(n: int, k: int, cpt: int, sms: int | None = None) -> tuple[int,
            and k // (2 * wpr) >= 32 * cpt):
         wpr *= 2
     blocks = -(-n // (_GEMV_NT_ROWS * warps // wpr))
-    return wpr, min(blocks, _GEMV_NT_BLOCKS_PER_SM * sms)
+    per_sm = dict(NT_DEFINES).get("GEMV_NT_MIN_BLOCKS", _GEMV_NT_BLOCKS_PER_SM)
+    return wpr, min(blocks, per_sm * sms)
 
 
 # ---------------------------------------------------------------------------------------------
