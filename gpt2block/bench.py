@@ -70,13 +70,18 @@ def _events_median(fn, reps, warmup=3):
     return float(np.median(times))
 
 
-def _torch_median(torch, fn, reps, warmup=3):
+def _torch_median(torch, fn, reps, warmup=3, busy_cycles=0):
+    """Median ms of fn between CUDA events. busy_cycles > 0: each timed call is queued behind
+    a spin kernel of that many cycles (torch.cuda._sleep), so the start event and the call's
+    kernels already wait when the GPU reaches them and the host's launch cost is not counted."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if busy_cycles:
+            torch.cuda._sleep(busy_cycles)
         a.record()
         fn()
         b.record()
@@ -85,23 +90,9 @@ def _torch_median(torch, fn, reps, warmup=3):
     return float(np.median(times))
 
 
-def _device_median(torch, fn, reps, warmup=3, busy_cycles=2_000_000):
-    """Device time of fn (ms, median): each timed call is queued behind a ~1 ms spin kernel
-    (torch.cuda._sleep), so the start event and the call's kernels are already waiting when the
-    GPU reaches them and the host's launch cost is not counted. For single kernels (LayerNorm)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(busy_cycles)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return float(np.median(times))
+def _device_median(torch, fn, reps):
+    """Device time of fn (ms, median), a ~1 ms spin ahead of each call: for single kernels."""
+    return _torch_median(torch, fn, reps, busy_cycles=2_000_000)
 
 
 def _wall_median(sync, fn, reps, warmup=2):
