@@ -85,6 +85,8 @@ class CudaCache(Cache):
         self.step = None  # [4, B] int32 on the device: ids, seq, pos, lengths of the current step
         self.step_host = None  # the same in pinned host memory (the graph copies it up)
         self.argmax_host = None  # [B] int32 pinned: the step's argmax (the graph copies it down)
+        self.logits = None  # [B, V] device logits of the current step: the cache's own, so a graph
+        # captured for it never writes into a buffer that the runner regrows for prefill
         self.warm = False  # one eager step ran (kernels compiled, workspaces sized)
         self.graph = None  # the captured decode step (CudaRunner.use_graphs)
 
@@ -135,12 +137,14 @@ class CudaRunner(Runner):
             self._logits = cp.empty((max(rows, 8), self.config.vocab_size), cp.float32)
         return self._logits[:rows]
 
-    def _head(self, rows_from: int, rows_to: int, decode: bool = False):
+    def _head(self, rows_from: int, rows_to: int, decode_out=None):
         """ln_f then the tied LM head on x[rows_from:rows_to] -> device logits [rows, V].
-        Up to GEMV_MAX_M rows: one GEMV with ln_f fused (decode: wte_dec, bf16 in bf16 mode)."""
+        Up to GEMV_MAX_M rows: one GEMV with ln_f fused. ``decode_out``: a decode step's
+        logits buffer (read wte_dec, bf16 in bf16 mode); else the runner's regrowable buffer."""
         c = self.config
         n = rows_to - rows_from
-        out = self._logits_buf(n)
+        decode = decode_out is not None
+        out = decode_out if decode else self._logits_buf(n)
         x = self.x[rows_from:rows_to]
         if n <= cuda_linear.GEMV_MAX_M:
             cuda_linear.gemv_nt(x, self.wte_dec if decode else self.wte, out,
@@ -210,7 +214,7 @@ class CudaRunner(Runner):
             else:
                 run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                           attend=attend, after_qkv=store)
-        logits = self._head(0, b, decode=True)
+        logits = self._head(0, b, decode_out=cache.logits)
         cuda_ops.argmax_rows(logits, self._argmax[:b])
 
     def _decode_block_gemv(self, w, mats, b: int, attend, kv) -> None:
@@ -244,8 +248,8 @@ class CudaRunner(Runner):
         for r in range(b):
             cache.check_room(r, 1)
         pos = cache.pos
-        logits = self._logits_buf(b)
         if cache.step is None:
+            cache.logits = cp.empty((b, c.vocab_size), cp.float32)
             cache.step = cp.empty((4, b), cp.int32)
             cache.step_host = _pinned((4, b), np.int32)
             cache.argmax_host = _pinned((b,), np.int32)
@@ -265,7 +269,7 @@ class CudaRunner(Runner):
                 self._decode_step(cache)
                 cache.warm = True
         cache.pos += 1
-        return logits
+        return cache.logits
 
     def _decode_step(self, cache: "CudaCache") -> None:
         """Upload the step's ints, run its kernels, download its argmax (all on self.stream)."""

@@ -366,8 +366,16 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
             _check_array(arr, name, 2)
             if arr.shape[1] != n // 3:
                 raise ValueError(f"{name} must have rows of D = {n // 3}; got shape {tuple(arr.shape)}")
-        if m > 1 and not n // 3 <= batch_stride < 2**62:
-            raise ValueError(f"kv batch_stride = {batch_stride} must be at least D = {n // 3}")
+        rows_d = k_cache.shape[0] * (n // 3)
+        if not 0 <= batch_stride < 2**62 or (m > 1 and batch_stride < rows_d):
+            raise ValueError(f"kv batch_stride = {batch_stride} must be at least k_cache rows x D = {rows_d}"
+                             " (the sequences' caches may not overlap)")
+        if _overlap(k_cache, v_cache):
+            raise ValueError("k_cache and v_cache overlap")
+        for name, arr in (("k_cache", k_cache), ("v_cache", v_cache)):
+            for other, src in (("x", x), ("w", w), ("bias", bias)):
+                if src is not None and _overlap(arr, src):
+                    raise ValueError(f"{name} overlaps {other}")
         caches = {"k_cache": k_cache, "v_cache": v_cache}
         kv_args = (seq, pos, k_cache, v_cache, np.int64(batch_stride))
     _check_out(out, "out", {"x": x, "w": w, "bias": bias, "ln gain": g, "ln bias": b, **caches}, residual)

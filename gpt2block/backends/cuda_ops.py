@@ -74,7 +74,8 @@ def kvcache_store(qkv, seq, pos, k_cache, v_cache, batch_stride: int) -> None:
 
 class ArgmaxWorkspace:
     """Partials [rows, chunks] and per-row tickets (zero; the kernel leaves them zero) of
-    argmax_rows on one stream. Grows outside a capture; the eager first decode step sizes it."""
+    argmax_rows on one stream for one shape, allocated outside a capture (the eager first
+    decode step of a cache does it)."""
 
     def __init__(self, rows: int, chunks: int):
         self.rows, self.chunks = rows, chunks
@@ -97,13 +98,16 @@ def argmax_rows(logits, out) -> None:
     if rows > 65535:
         raise ValueError(f"argmax_rows takes at most 65535 rows; got {rows}")
     ld = logits.strides[0] // 4
-    if not isinstance(out, cp.ndarray) or out.dtype != cp.int32 or out.shape != (rows,):
-        raise ValueError(f"out must be an int32 CuPy array of shape ({rows},)")
+    if not isinstance(out, cp.ndarray) or out.dtype != cp.int32 or out.shape != (rows,) or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a contiguous int32 CuPy array of shape ({rows},)")
+    if ld >= 2**31 or logits.size >= 2**31 + ld:
+        raise ValueError(f"logits {logits.shape} with row stride {ld} is beyond the kernel's int indexing")
     chunks = -(-v // ARGMAX_CHUNK)
-    key = (cp.cuda.Device().id, cp.cuda.get_current_stream().ptr)
+    # one workspace per (stream, rows, chunks), never replaced: a captured graph keeps its own
+    key = (cp.cuda.Device().id, cp.cuda.get_current_stream().ptr, rows, chunks)
     ws = _argmax_ws.get(key)
-    if ws is None or ws.rows < rows or ws.chunks < chunks:
-        ws = _argmax_ws[key] = ArgmaxWorkspace(max(rows, ws.rows if ws else 0), max(chunks, ws.chunks if ws else 0))
+    if ws is None:
+        ws = _argmax_ws[key] = ArgmaxWorkspace(rows, chunks)
     k = kernel("sampling", "argmax_rows_f32", (("ARGMAX_THREADS", ARGMAX_THREADS),))
     launch(k, (chunks, rows), (ARGMAX_THREADS,),
            (logits, out, cp.int32(v), cp.int32(ld), cp.int32(ARGMAX_CHUNK), ws.part_v, ws.part_i, ws.counters),

@@ -242,8 +242,13 @@ def test_gemv_nt_kv_bad_arguments(checks):
         L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=(seq, cp.zeros(3, cp.int32), cache[0], cache[1], 640))
     with pytest.raises(ValueError, match="k_cache must have rows of D = 64"):
         L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=(seq, pos, cp.zeros((10, 32), cp.float32), cache[1], 640))
-    with pytest.raises(ValueError, match="batch_stride = 3"):
+    with pytest.raises(ValueError, match="batch_stride = 3 must be at least k_cache rows x D = 640"):
         L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=(seq, pos, cache[0], cache[1], 3))
+    with pytest.raises(ValueError, match="batch_stride = -1"):
+        L.gemv_nt(x[:1], w, out[:1], bias=bias, epilogue="bias", ln=ln,
+                  kv=(seq[:1], pos[:1], cache[0], cache[1], -1))
+    with pytest.raises(ValueError, match="k_cache and v_cache overlap"):
+        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=(seq, pos, cache[0], cache[0, 5:], 640))
     with pytest.raises(ValueError, match="out overlaps k_cache"):
         L.gemv_nt(x, w, cache.reshape(-1)[:384].reshape(2, 192), bias=bias, epilogue="bias", ln=ln, kv=good)
     with pytest.raises(ValueError, match="N = 3 \\* D"):

@@ -220,3 +220,35 @@ def test_programmatic_launch_changes_no_bit(hf_models, precision):
         calls.clear()
     np.testing.assert_array_equal(results[0], results[1])
     np.testing.assert_array_equal(results[0], results[2])
+
+
+def test_decode_graph_survives_other_work(hf_models):
+    """A cache's captured decode graph keeps writing where its step reads: after a forward()
+    of 20 tokens (which regrows the runner's prefill logits buffer) and another cache's steps
+    at a larger batch (another argmax shape), the cache's next steps equal those of a runner
+    that never captured a graph."""
+    path, _ = hf_models[768]
+    weights = load_weights(path)
+    rng = np.random.default_rng()
+    prompt = rng.integers(0, 50257, 7)
+    graphs, plain = make_runner(weights, "cuda"), make_runner(weights, "cuda")
+    plain.use_graphs = False
+    caches = [r.new_cache(1) for r in (graphs, plain)]
+    toks = []
+    for r, c in zip((graphs, plain), caches):
+        r.prefill(c, 0, prompt)
+        tok = np.array([5])
+        for _ in range(3):  # the second step captures the graph
+            tok = r.decode_greedy(c, tok)
+        toks.append(tok)
+    graphs.forward(rng.integers(0, 50257, 20))
+    other = graphs.new_cache(3)
+    for row in range(3):
+        graphs.prefill(other, row, rng.integers(0, 50257, 4))
+    for _ in range(3):
+        graphs.decode_greedy(other, rng.integers(0, 50257, 3))
+    for _ in range(4):
+        got = graphs.decode(caches[0], toks[0])
+        want = plain.decode(caches[1], toks[1])
+        np.testing.assert_array_equal(got, want)
+        toks = [got.argmax(-1), want.argmax(-1)]
