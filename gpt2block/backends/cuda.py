@@ -255,7 +255,7 @@ class CudaRunner(Runner):
             cache.argmax_host = _pinned((b,), np.int32)
         self.stream.synchronize()  # the previous step's copies have used the pinned buffers
         cache.step_host[:] = [tokens, np.arange(b), pos, pos + 1]  # ids, seq, pos, lengths
-        with self.stream, cuda_modules.programmatic_launches(self.programmatic):
+        with self.stream:
             if cache.graph is not None:
                 cache.graph.launch(self.stream)
             elif self.use_graphs and cache.warm:
@@ -272,12 +272,14 @@ class CudaRunner(Runner):
         return cache.logits
 
     def _decode_step(self, cache: "CudaCache") -> None:
-        """Upload the step's ints, run its kernels, download its argmax (all on self.stream)."""
+        """Upload the step's ints, run its kernels, download its argmax (all on self.stream);
+        eager or under capture, so the launch mode is chosen here, not at every graph replay."""
         b, s = cache.batch, self.stream.ptr
         rt = cp.cuda.runtime
         rt.memcpyAsync(cache.step.data.ptr, cache.step_host.ctypes.data, cache.step_host.nbytes,
                        rt.memcpyHostToDevice, s)
-        self._decode_kernels(cache, cache.step)
+        with cuda_modules.programmatic_launches(self.programmatic):
+            self._decode_kernels(cache, cache.step)
         rt.memcpyAsync(cache.argmax_host.ctypes.data, self._argmax.data.ptr, 4 * b, rt.memcpyDeviceToHost, s)
 
     def decode(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:

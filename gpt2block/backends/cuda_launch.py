@@ -94,9 +94,9 @@ def launch_programmatic(func_ptr: int, name: str, grid, block, args, shared_mem:
     dims = [int(v) for v in grid] + [1] * (3 - len(grid)) + [int(v) for v in block] + [1] * (3 - len(block))
     cfg = LaunchConfig(*dims, int(shared_mem), ctypes.c_void_p(stream_ptr), ctypes.pointer(attr), 1)
     lib = _lib()
+    # params points into values, alive until this function returns; the launch copies them
     rc = lib.cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(func_ptr), params, None)
     if rc != 0:
         msg = ctypes.c_char_p()
         lib.cuGetErrorName(rc, ctypes.byref(msg))
         raise RuntimeError(f"{name}: cuLaunchKernelEx failed with {(msg.value or b'?').decode()} ({rc})")
-    del values  # the arguments were copied by the launch

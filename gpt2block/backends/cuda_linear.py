@@ -370,26 +370,22 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
         if not 0 <= batch_stride < 2**62 or (m > 1 and batch_stride < rows_d):
             raise ValueError(f"kv batch_stride = {batch_stride} must be at least k_cache rows x D = {rows_d}"
                              " (the sequences' caches may not overlap)")
-        if _overlap(k_cache, v_cache):
-            raise ValueError("k_cache and v_cache overlap")
-        for name, arr in (("k_cache", k_cache), ("v_cache", v_cache)):
-            for other, src in (("x", x), ("w", w), ("bias", bias)):
-                if src is not None and _overlap(arr, src):
-                    raise ValueError(f"{name} overlaps {other}")
+        inputs = {"x": x, "w": w, "bias": bias, "ln gain": g, "ln bias": b}
+        _check_out(k_cache, "k_cache", {**inputs, "v_cache": v_cache})  # the caches are outputs too
+        _check_out(v_cache, "v_cache", inputs)
         caches = {"k_cache": k_cache, "v_cache": v_cache}
         kv_args = (seq, pos, k_cache, v_cache, np.int64(batch_stride))
     _check_out(out, "out", {"x": x, "w": w, "bias": bias, "ln gain": g, "ln bias": b, **caches}, residual)
 
     name = (f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_nt" + ("_ln" if ln is not None else "")
             + (f"_{epilogue}" if epilogue else "") + ("_kv" if kv is not None else ""))
+    wpr, grid = gemv_nt_plan(n, k, cpt)
     args = (x, w, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _NULL if g is None else g, _NULL if b is None else b,
-            _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps)) + kv_args
+            _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps), np.int32(wpr)) + kv_args
     smem = (m + 2) * k * 4 if ln is not None else 0  # the normalized rows, g and b
-    wpr, grid = gemv_nt_plan(n, k, cpt)
-    launch(kernel("gemv", name, NT_DEFINES), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1),
-           args[:11] + (np.int32(wpr),) + args[11:],
-           smem, stream, programmatic=True)
+    launch(kernel("gemv", name, NT_DEFINES), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args, smem, stream,
+           programmatic=True)
 
 
 def gemv_nt_plan(n: int, k: int, cpt: int, sms: int | None = None) -> tuple[int, int]:

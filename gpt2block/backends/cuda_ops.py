@@ -78,7 +78,6 @@ class ArgmaxWorkspace:
     decode step of a cache does it)."""
 
     def __init__(self, rows: int, chunks: int):
-        self.rows, self.chunks = rows, chunks
         self.part_v = cp.empty(rows * chunks, cp.float32)
         self.part_i = cp.empty(rows * chunks, cp.int32)
         self.counters = cp.zeros(rows, cp.int32)
@@ -100,8 +99,8 @@ def argmax_rows(logits, out) -> None:
     ld = logits.strides[0] // 4
     if not isinstance(out, cp.ndarray) or out.dtype != cp.int32 or out.shape != (rows,) or not out.flags.c_contiguous:
         raise ValueError(f"out must be a contiguous int32 CuPy array of shape ({rows},)")
-    if ld >= 2**31 or logits.size >= 2**31 + ld:
-        raise ValueError(f"logits {logits.shape} with row stride {ld} is beyond the kernel's int indexing")
+    if ld >= 2**31:
+        raise ValueError(f"logits row stride {ld} is beyond the kernel's int indexing")
     chunks = -(-v // ARGMAX_CHUNK)
     # one workspace per (stream, rows, chunks), never replaced: a captured graph keeps its own
     key = (cp.cuda.Device().id, cp.cuda.get_current_stream().ptr, rows, chunks)

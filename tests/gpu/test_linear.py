@@ -247,7 +247,7 @@ def test_gemv_nt_kv_bad_arguments(checks):
     with pytest.raises(ValueError, match="batch_stride = -1"):
         L.gemv_nt(x[:1], w, out[:1], bias=bias, epilogue="bias", ln=ln,
                   kv=(seq[:1], pos[:1], cache[0], cache[1], -1))
-    with pytest.raises(ValueError, match="k_cache and v_cache overlap"):
+    with pytest.raises(ValueError, match="k_cache overlaps v_cache"):
         L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=(seq, pos, cache[0], cache[0, 5:], 640))
     with pytest.raises(ValueError, match="out overlaps k_cache"):
         L.gemv_nt(x, w, cache.reshape(-1)[:384].reshape(2, 192), bias=bias, epilogue="bias", ln=ln, kv=good)
