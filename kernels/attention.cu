@@ -58,16 +58,10 @@
 #define ATTN_F32_SMEM_BYTES (3 * ATTN_TILE_FLOATS * 4)   // Q, K (reused for P), V
 #define ATTN_MMA_SMEM_BYTES (4 * ATTN_TILE_FLOATS * 4)   // K and V, double-buffered
 #define ATTN_MMA_F_SMEM_BYTES (ATTN_MMA_SMEM_BYTES + 4 * 8 * 2 * 32 * 16)  // + Q fragments (tf32x3f)
-#define ATTN_SCALE 0.125f                 // 1 / sqrt(64): a power of two, so pre-scaling q is exact
 #define ATTN_DEC_THREADS 128
 #define ATTN_DEC_MAX_CHUNK 64  // keys per split: 8 per 16-lane group, all loaded at once
 
 extern __shared__ __align__(16) float attn_smem[];  // dynamic shared memory of the prefill kernels
-
-__device__ __forceinline__ float attn_neg_inf() { return __int_as_float(0xff800000); }
-
-// exp(s - m) for the online softmax; m == -inf (nothing seen yet) uses 0 so that -inf - -inf never happens.
-__device__ __forceinline__ float attn_safe_max(float m) { return m == attn_neg_inf() ? 0.0f : m; }
 
 // Copy rows [row0, row0 + 64) of a [rows, >= D] matrix (head columns col0 .. col0 + 63) into a
 // 64 x ATTN_LDS shared tile; rows >= n_rows become zeros (so 0-probability keys never meet garbage).

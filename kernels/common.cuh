@@ -5,6 +5,7 @@
 #pragma once
 
 #define HEAD_DIM 64  // every GPT-2 size: head dim 64
+#define ATTN_SCALE 0.125f  // 1 / sqrt(64): a power of two, so pre-scaling q is exact
 
 // Sum / max over the 32 lanes of a warp; every lane gets the result.
 __device__ __forceinline__ float warp_sum(float v) {
@@ -62,4 +63,27 @@ __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
+}
+
+// Softmax helpers of the attention kernels.
+__device__ __forceinline__ float attn_neg_inf() { return __int_as_float(0xff800000); }
+
+// exp(s - m) for the online softmax; m == -inf (nothing seen yet) uses 0 so that -inf - -inf never happens.
+__device__ __forceinline__ float attn_safe_max(float m) { return m == attn_neg_inf() ? 0.0f : m; }
+
+// 16 bytes of weights as floats: 4 float32, or 8 bf16 (stored as the upper halves of float32s,
+// so bf16 -> float32 is a 16-bit shift).
+__device__ __forceinline__ void unpack16(const float4& v, float (&w)[4]) {
+    w[0] = v.x;
+    w[1] = v.y;
+    w[2] = v.z;
+    w[3] = v.w;
+}
+__device__ __forceinline__ void unpack16(const uint4& v, float (&w)[8]) {
+    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        w[2 * i] = __uint_as_float(u[i] << 16);
+        w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
 }

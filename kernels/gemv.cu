@@ -57,7 +57,7 @@
 #define GEMV_EPI_RESIDUAL 2
 #define GEMV_EPI_NONE 3
 
-// 16 bytes of weights as floats: 4 f32 or 8 bf16 (bf16 -> f32 is a 16-bit shift).
+// 16 bytes of weights as floats: 4 f32 or 8 bf16 (common.cuh, unpack16).
 template <bool BF16>
 struct GemvW;
 
@@ -66,11 +66,7 @@ struct GemvW<false> {
     typedef float T;
     static constexpr int CPT = 4;
     __device__ static __forceinline__ void load(const float* p, float (&w)[4]) {
-        const float4 v = __ldg(reinterpret_cast<const float4*>(p));
-        w[0] = v.x;
-        w[1] = v.y;
-        w[2] = v.z;
-        w[3] = v.w;
+        unpack16(__ldg(reinterpret_cast<const float4*>(p)), w);
     }
 };
 
@@ -79,13 +75,7 @@ struct GemvW<true> {
     typedef unsigned short T;
     static constexpr int CPT = 8;
     __device__ static __forceinline__ void load(const unsigned short* p, float (&w)[8]) {
-        const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
-        const unsigned u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            w[2 * i] = __uint_as_float(u[i] << 16);
-            w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-        }
+        unpack16(__ldg(reinterpret_cast<const uint4*>(p)), w);
     }
 };
 
@@ -254,21 +244,6 @@ struct GemvRaw<true> {
     }
 };
 
-__device__ __forceinline__ void gemv_unpack(const float4& v, float (&w)[4]) {
-    w[0] = v.x;
-    w[1] = v.y;
-    w[2] = v.z;
-    w[3] = v.w;
-}
-__device__ __forceinline__ void gemv_unpack(const uint4& v, float (&w)[8]) {
-    const unsigned u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        w[2 * i] = __uint_as_float(u[i] << 16);
-        w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-    }
-}
-
 // Rows 0 .. M-1 of x [M, K] into xs [M][K] as LayerNorm(x; g, b), the whole block together:
 // x, g and b land in shared memory by cp.async (every copy in flight at once: one round trip),
 // then one warp per row forms its float64 sums, and the block normalizes in place.
@@ -395,7 +370,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
                 if (k >= k_hi) break;
                 float wf[GEMV_NT_ROWS][CPT];
 #pragma unroll
-                for (int r = 0; r < GEMV_NT_ROWS; ++r) gemv_unpack(wv[u][r], wf[r]);
+                for (int r = 0; r < GEMV_NT_ROWS; ++r) unpack16(wv[u][r], wf[r]);
 #pragma unroll
                 for (int m = 0; m < GEMV_MAX_M; ++m) {
                     if (m >= M) break;

@@ -2,7 +2,8 @@
 """Quick greedy-decode rate of gpt2block on random weights: python scripts/decode_rate.py [SIZE] [--steps N].
 
 Prints tokens/s per batch size and precision (median of 5 generations, prefill excluded),
-with programmatic dependent launch on, off or both (--programmatic).
+with programmatic dependent launch on, off or both (--programmatic), and the layers in the one
+fused decode_layers kernel or as five kernels per block (--fused on, off or both).
 The full comparison with transformers is scripts/bench.py.
 """
 
@@ -42,13 +43,16 @@ if __name__ == "__main__":
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--programmatic", default="on", choices=["on", "off", "both"],
                     help="programmatic dependent launch of the decode kernels (both: A/B in one run)")
+    ap.add_argument("--fused", default="on", choices=["on", "off", "both"],
+                    help="all blocks in the one decode_layers kernel (off: five kernels per block)")
     a = ap.parse_args()
     w = ModelWeights.random(SIZES[a.size], seed=0)
-    modes = {"on": [True], "off": [False], "both": [True, False]}[a.programmatic]
+    modes = {"on": [True], "off": [False], "both": [True, False]}
     for prec in a.precisions.split(","):
         runner = make_runner(w, "cuda", prec)
         for b in map(int, a.batches.split(",")):
-            for pdl in modes:
-                runner.programmatic = pdl
-                print(f"{a.size} {prec} batch {b} programmatic {'on ' if pdl else 'off'}: "
-                      f"{rate(runner, b, a.steps):,.0f} tok/s", flush=True)
+            for fused in modes[a.fused]:
+                for pdl in modes[a.programmatic]:
+                    runner.programmatic, runner.fused_decode = pdl, fused
+                    print(f"{a.size} {prec} batch {b} fused {'on ' if fused else 'off'} programmatic "
+                          f"{'on ' if pdl else 'off'}: {rate(runner, b, a.steps):,.0f} tok/s", flush=True)

@@ -14,7 +14,10 @@ One block, the ten steps (the residual stream x is updated in place), prefill / 
     h = LN(x; g2, b2)                 layernorm_f32
     f = gelu(h @ W_fc + b_fc)         gemm epilogue bias_gelu
     x = x + f @ W_proj + b_proj       gemm epilogue bias_residual
-Decode (batch <= 8), five kernels per block:
+Decode (batch <= 8) by default runs every block in one persistent kernel, decode_layers_*
+(cuda_decode; the same five steps below as phases, the blocks of the grid meeting at a barrier
+between them), where its activations and weight ring fit one SM's shared memory. Otherwise
+(or with fused_decode=False), five kernels per block:
     qkv = LN(x) @ W_qkv + b; K, V -> cache   gemv_*_nt_ln_bias_kv
     a = attention(q, cache)           attention_decode_f32
     x = x + a @ W_attn + b            gemv_*_nt_bias_residual
@@ -36,7 +39,7 @@ import numpy as np
 from ..config import HEAD_DIM, GPT2Config
 from ..layout import block_layout
 from ..weights import ModelWeights
-from . import cuda_attention, cuda_linear, cuda_modules, cuda_ops
+from . import cuda_attention, cuda_decode, cuda_linear, cuda_modules, cuda_ops
 from .base import Cache, Runner, check_ids
 
 # precision mode -> (GEMM variant, attention variant); bf16 mode stores the decode matrices as bf16
@@ -95,7 +98,7 @@ class CudaRunner(Runner):
     backend = "cuda"
 
     def __init__(self, weights: ModelWeights, precision: str = "fp32", use_graphs: bool = True,
-                 programmatic: bool = True):
+                 programmatic: bool = True, fused_decode: bool = True):
         if precision not in VARIANTS:
             raise ValueError(f"cuda backend precision must be one of {', '.join(VARIANTS)}; got {precision!r}")
         self.precision = precision
@@ -125,6 +128,8 @@ class CudaRunner(Runner):
         self._logits_buf(8)
         self.use_graphs = use_graphs
         self.programmatic = programmatic  # decode kernels with programmatic dependent launch (sm_90+)
+        self.fused_decode = fused_decode  # decode batches that fit run all blocks in decode_layers_*
+        self._fused = None  # cuda_decode.DecodeLayers, built at the first fused step
         self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
 
     def new_cache(self, batch: int) -> CudaCache:
@@ -200,6 +205,11 @@ class CudaRunner(Runner):
         b = cache.batch
         d_ids, d_seq, d_pos, d_len = step[0], step[1], step[2], step[3]
         cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:b])
+        if self._fused_fits(b):
+            ws = self.ws
+            self._fused.launch(self.x[:b], ws.qkv[:b], ws.att[:b], ws.f[:b], cache.kv, d_seq, d_pos, d_len)
+            self._decode_head(cache, b)
+            return
         for layer, w in enumerate(self.block_views):
             k_cache, v_cache = cache.kv[0, layer, 0], cache.kv[0, layer, 1]
             store = lambda qkv: cuda_ops.kvcache_store(  # noqa: E731
@@ -214,8 +224,19 @@ class CudaRunner(Runner):
             else:
                 run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                           attend=attend, after_qkv=store)
+        self._decode_head(cache, b)
+
+    def _decode_head(self, cache: "CudaCache", b: int) -> None:
         logits = self._head(0, b, decode_out=cache.logits)
         cuda_ops.argmax_rows(logits, self._argmax[:b])
+
+    def _fused_fits(self, b: int) -> bool:
+        """Whether this step runs its blocks in the one decode_layers kernel."""
+        if not self.fused_decode or b > cuda_linear.GEMV_MAX_M:
+            return False
+        if self._fused is None:
+            self._fused = cuda_decode.DecodeLayers(self.block_views, self.dec_mats, self.config)
+        return self._fused.plan(b) is not None
 
     def _decode_block_gemv(self, w, mats, b: int, attend, kv) -> None:
         """One block for b <= GEMV_MAX_M new tokens: four GEMVs over the transposed matrices,

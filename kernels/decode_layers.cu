@@ -1,0 +1,732 @@
+// decode_layers.cu: every transformer block of one decode step (M <= 8 new tokens) in a single
+// persistent kernel: decode_layers_f32 (float32 weights) and decode_layers_bf16 (bf16 weights).
+//
+// Why one kernel: at batch 1 a gpt2 block's four matrices are 28 MB of float32, 7 us at the
+// H200's copy rate, but as five kernels a block took 23 us: each kernel ramps up, waits a full
+// memory round trip for its first weights, drains, and the next one waits for it. Here one thread
+// block per SM runs all the layers. Each block streams its share of every weight matrix through
+// a ring of shared-memory stages that keeps going across phase boundaries (weights depend on
+// nothing the step computes, so the copies for the next phase are in flight while the blocks
+// wait for each other), and the blocks meet at a grid barrier between the phases of a layer:
+//
+//   phase   computes                                        split over the blocks by
+//   QKV     qkv = LN1(x) @ Wqkv^T + b; K, V -> the cache    rows of Wqkv [3D, D]
+//   ATT     att = softmax(q K^T / 8) V, per head            (token, head, 64-key split) tasks
+//   PROJ    x = x + att @ Wo^T + b                          rows of Wo [D, D]
+//   FC      hid = gelu(LN2(x) @ Wfc^T + b)                  rows of Wfc [4D, D]
+//   PROJ2   x = x + hid @ Wpr^T + b                         rows of Wpr [D, 4D]
+//
+// (the matrices are the decode copies: transposed, [N, K], one contiguous row per output; the
+// four matrix phases are numbered 0..3 = QKV, PROJ, FC, PROJ2 below, ATT has no weights).
+//
+// decode_layers_{f32,bf16}(const DecodeLayer* layers, int n_layer, int M, int D, float eps,
+//     float* x, float* qkv, float* att, float* hid,
+//     float* kv, long long batch_stride, long long layer_stride, int n_ctx,
+//     const int* seq, const int* pos, const int* lengths,
+//     float* part_acc, float* part_ml, int* tickets, unsigned* barrier, int n_stages)
+//   layers   [n_layer] DecodeLayer (device pointers; gpt2block/backends/cuda_decode.py packs them)
+//   x        [M, D] residual stream, updated in place (the embedding of the new tokens on entry)
+//   qkv [M, 3D], att [M, D], hid [M, 4D]: scratch activations (qkv holds the last layer's on exit)
+//   kv       the KV cache: key p of cache row s, layer l at kv + s * batch_stride + l * layer_stride
+//            + p * D, its value n_ctx * D further on (CudaCache.kv [B, n_layer, 2, n_ctx, D])
+//   seq, pos, lengths [M] int32: token m goes to cache row seq[m] at position pos[m] and attends
+//            to lengths[m] keys (pos + 1); 1 <= lengths[m] <= n_ctx, else its attention is NaN
+//   part_acc [M * H * ceil(n_ctx / 64) * 64], part_ml [same / 32]: attention partials (scratch)
+//   tickets  [M * H] int32 and barrier [1] uint32: ZERO before the first launch, left zero by each
+//   n_stages 2 .. DL_MAX_STAGES weight stages in the ring
+// sm_90 and later (bulk copies into shared memory counted on mbarriers); built for an older
+// target the kernel only traps, and gpt2block does not launch it there.
+// Launch: grid = (G, 1, 1) with every block resident at once (gpt2block: one per SM; the grid
+//   barrier would wait forever otherwise, so it traps after about ten seconds instead),
+//   block = (DL_THREADS + 32, 1, 1) (8 compute warps and the producer warp), dynamic shared memory 4 * (M * 4D + r4(M * rmax) + r4(rmax) + 2D)
+//   bytes (activations, residual and bias slices, LayerNorm gain and shift; rmax = ceil(4D / G),
+//   r4 rounds up to a multiple of 4) + n_stages * DL_ROWS * D * sizeof(weight) (the ring).
+// Requirements: 1 <= M <= 8, D % 64 == 0, D <= 8 * DL_THREADS, rmax <= DL_THREADS,
+//   n_layer <= DL_MAX_LAYERS, 16-byte aligned matrices and LayerNorm vectors.
+// Programmatic dependent launch (common.cuh): the first weight stages are fetched before
+// pdl_wait(); the dependents are released in the last layer, once every block is resident.
+// Results repeat bit for bit: every sum has a fixed order (no float atomics).
+
+#include "common.cuh"
+#include "mma.cuh"  // cp.async
+
+#define DL_THREADS 256
+#define DL_WARPS (DL_THREADS / 32)
+#define DL_ROWS DL_WARPS  // weight rows per stage: one per warp
+#define DL_MAX_M 8
+#define DL_MAX_STAGES 16
+#define DL_MAX_LAYERS 48  // gpt2-xl
+#define DL_UNROLL 4  // 16-byte weight pieces a lane loads before it does their arithmetic
+#define DL_KEYS 64  // keys per attention task
+#define DL_GROUPS (DL_THREADS / 16)  // 16-lane groups of an attention task
+#define DL_BARRIER_SPINS (1u << 24)  // polls before a grid barrier gives up (__trap)
+
+// Tracing (compiled in with -DDL_TRACE, scripts/trace_decode_layers.py): thread 0 of the first
+// and the last block write clock64() at each phase's start and end: dl_trace[first / last][i],
+// i = 10 * layer + 2 * phase (+1 for the end), phases in the order QKV, ATT, PROJ, FC, PROJ2.
+// dl_detail[4 * layer + matrix phase][0..3]: the first block's thread 0's cycles in a matrix
+// phase waiting for its stages' weights to land ([0]; [1], [2] unused) and in all ([3]).
+#ifdef DL_TRACE
+__device__ long long dl_trace[2][10 * 64];
+__device__ long long dl_detail[4 * 64][4];
+#define DL_CLOCK(v) long long v = clock64()
+#define DL_ADD(k, from) (tw[k] += clock64() - (from))
+#define DL_STAMP(i)                                                                     \
+    do {                                                                                \
+        if (threadIdx.x == 0 && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1) && (i) < 640) \
+            dl_trace[blockIdx.x != 0][i] = clock64();                                   \
+    } while (0)
+#else
+#define DL_STAMP(i) (void)(i)
+#define DL_CLOCK(v)
+#define DL_ADD(k, from)
+#endif
+
+// One block's weights, as cuda_decode.py packs them (12 device pointers).
+struct DecodeLayer {
+    const void* w[4];      // phase p's matrix [N_p, K_p], float32 or bf16 bits
+    const float* bias[4];  // [N_p]
+    const float* ln1_g;    // [D]
+    const float* ln1_b;
+    const float* ln2_g;
+    const float* ln2_b;
+};
+
+// The step's buffers and sizes, as the kernel received them.
+struct DlStep {
+    const DecodeLayer* layers;
+    int n_layer, M, D;
+    float eps;
+    float *x, *qkv, *att, *hid, *kv;
+    long long batch_stride, layer_stride;
+    int n_ctx;
+    const int *seq, *pos, *lengths;
+    float *part_acc, *part_ml;
+    int* tickets;
+};
+
+// Matrix phase p (0 QKV, 1 PROJ, 2 FC, 3 PROJ2): outputs N and depth K; the block's rows
+// [lo, hi) of it (contiguous, balanced to one row), in stages of DL_ROWS rows x D columns.
+// Worked out once per launch into shared memory (dl_geo), so that no division is left in the loops.
+__device__ __forceinline__ int dl_n(int p, int D) { return p == 0 ? 3 * D : p == 2 ? 4 * D : D; }
+__device__ __forceinline__ int dl_k(int p, int D) { return p == 3 ? 4 * D : D; }
+
+struct DlGeo {
+    int lo, hi, stages;
+};
+__shared__ DlGeo dl_geo[4];
+__shared__ DecodeLayer dl_layers[DL_MAX_LAYERS];  // the layer table, copied at the start
+__shared__ int dl_seq[DL_MAX_M], dl_pos[DL_MAX_M], dl_len[DL_MAX_M];  // the step's ints
+
+__device__ __forceinline__ void dl_geo_init(int D) {  // before the block's first barrier
+    if (threadIdx.x < 4) {
+        const int p = threadIdx.x, n = dl_n(p, D);
+        const int lo = (int)((long long)blockIdx.x * n / gridDim.x);
+        const int hi = (int)((long long)(blockIdx.x + 1) * n / gridDim.x);
+        dl_geo[p] = DlGeo{lo, hi, (hi - lo + DL_ROWS - 1) / DL_ROWS * (dl_k(p, D) / D)};
+    }
+}
+
+// 16 bytes of weights: float4 (4 float32) or uint4 (8 bf16).
+template <typename T>
+struct DlPiece {
+    typedef float4 type;
+};
+template <>
+struct DlPiece<unsigned short> {
+    typedef uint4 type;
+};
+
+// Barrier of the 256 compute threads only (named barrier 1): the producer warp never joins.
+__device__ __forceinline__ void dl_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(DL_THREADS) : "memory"); }
+
+// mbarrier and bulk-copy (TMA) helpers, sm_90. Addresses are shared-memory offsets (smem_u32).
+__device__ __forceinline__ void dl_mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void dl_mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void dl_mbar_expect(unsigned bar, unsigned bytes) {  // arrive, and bytes to come
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void dl_mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done) {
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    }
+}
+// bytes (a multiple of 16) from global src to shared dst, counted on the mbarrier bar.
+__device__ __forceinline__ void dl_bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+// The weight ring: n_stages slots of DL_ROWS x D weights, each with a "full" mbarrier (the
+// producer's arrival plus the bytes of its copies) and an "empty" one (one arrival per compute
+// warp). One producer thread walks the block's stages in order, (layer, phase, rows, segment),
+// from the kernel's first instruction to its last: it waits for a slot to be empty and fills it
+// with one bulk copy per row. Weights depend on nothing the step computes, so the copies run
+// ahead across grid barriers, the attention and the LayerNorms, as deep as the ring allows.
+template <typename T>
+struct DlRing {
+    T* slots;
+    unsigned long long* bars;  // [2][n_stages]: full, then empty
+    int n_stages, D;
+    int slot, parity;  // the compute side: the next stage's slot and its phase parity
+#ifdef DL_TRACE
+    long long tw[3];
+#endif
+
+    __device__ unsigned full(int s) const { return smem_u32(bars + s); }
+    __device__ unsigned empty(int s) const { return smem_u32(bars + n_stages + s); }
+
+    __device__ void init() {  // one thread, before the block's first barrier
+        for (int s = 0; s < n_stages; ++s) {
+            dl_mbar_init(full(s), 1);
+            dl_mbar_init(empty(s), DL_WARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        slot = parity = 0;
+    }
+
+    // The producer: every stage of every layer (one thread).
+    __device__ void produce(int n_layer) {
+        int s = 0, round = 0;
+        for (int layer = 0; layer < n_layer; ++layer) {
+            for (int p = 0; p < 4; ++p) {
+                const DlGeo geo = dl_geo[p];
+                const int K = dl_k(p, D), nseg = K / D;
+                const T* w = reinterpret_cast<const T*>(dl_layers[layer].w[p]);
+                for (int row0 = geo.lo; row0 < geo.hi; row0 += DL_ROWS) {
+                    const int nr = min(DL_ROWS, geo.hi - row0);
+                    for (int seg = 0; seg < nseg; ++seg) {
+                        if (round > 0) dl_mbar_wait(empty(s), (round - 1) & 1);
+                        const unsigned row_bytes = D * sizeof(T);
+                        dl_mbar_expect(full(s), nr * row_bytes);
+                        const unsigned dst = smem_u32(slots + (long long)s * DL_ROWS * D);
+                        const T* src = w + (long long)row0 * K + seg * D;
+                        for (int r = 0; r < nr; ++r) dl_bulk_copy(dst + r * row_bytes, src + (long long)r * K, row_bytes, full(s));
+                        if (++s == n_stages) {
+                            s = 0;
+                            ++round;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    // The compute side: the next stage's weights [DL_ROWS][D], landed (every compute thread waits).
+    __device__ const T* acquire() {
+        DL_CLOCK(t0);
+        dl_mbar_wait(full(slot), parity);
+        DL_ADD(0, t0);
+        return slots + (long long)slot * DL_ROWS * D;
+    }
+    // ... and handed back once this warp is done with it (every compute thread calls it).
+    __device__ void release() {
+        __syncwarp();
+        if ((threadIdx.x & 31) == 0) dl_mbar_arrive(empty(slot));
+        if (++slot == n_stages) {
+            slot = 0;
+            parity ^= 1;
+        }
+    }
+};
+
+// Grid barrier: every block arrives and waits until all have. Thread 0 arrives with a release
+// add (after the block barrier, so it publishes every thread's writes) and polls with acquire
+// loads (then the block barrier hands what it saw to every thread); no __threadfence, which
+// would also wait for the thread's weight copies in flight. The counter only grows within a
+// launch; target follows it (G per barrier).
+__device__ __forceinline__ unsigned dl_load_acquire(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void dl_grid_sync(unsigned* barrier, unsigned& target) {
+    dl_sync();
+    target += gridDim.x;
+    if (threadIdx.x == 0) {
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(barrier) : "memory");
+        unsigned spins = 0;
+        while (dl_load_acquire(barrier) < target) {
+            if (++spins > DL_BARRIER_SPINS) __trap();  // a block never came: not all resident
+        }
+    }
+    dl_sync();
+}
+
+// The block's shared memory besides the weight ring: the phase's input rows, its slice of the
+// residual stream and of the bias, the LayerNorm's gain and shift. (The layer table and the
+// step's ints are static shared arrays: dl_layers, dl_seq, dl_pos, dl_len.)
+struct DlSmem {
+    float* act;  // [M][K] the current phase's input rows (LayerNorm applied where it has one)
+    float* res;  // [M][rmax] x[m][lo + j], the residual of the PROJ / PROJ2 outputs of this block
+    float* bias; // [rmax] bias[lo + j]
+    float* ln_g; // [D]
+    float* ln_b; // [D]
+    int rmax;    // rows per block and phase at most: ceil(4D / G)
+};
+
+// Loads that are issued where they are written (volatile asm): the next phase's parameters are
+// fetched into registers before a grid barrier and used after it, so their memory latency is
+// spent waiting at the barrier, not after it.
+__device__ __forceinline__ float dl_ld_nc(const float* p) {
+    float v;
+    asm volatile("ld.global.nc.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ float4 dl_ld_nc4(const float* p) {
+    float4 v;
+    asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+    return v;
+}
+
+// A matrix phase's parameters in flight: thread t holds bias[lo + t] and, for the phases with a
+// LayerNorm, float4 t and t + DL_THREADS of its gain and shift (D <= 8 * DL_THREADS).
+struct DlParams {
+    float bias;
+    float4 g[2], b[2];
+};
+
+__device__ __forceinline__ void dl_params_fetch(int layer, int P, int D, DlParams& q) {
+    const DecodeLayer& L = dl_layers[layer];
+    const DlGeo geo = dl_geo[P];
+    const int n = geo.lo + threadIdx.x;
+    if (n < geo.hi) q.bias = dl_ld_nc(L.bias[P] + n);
+    if (P == 0 || P == 2) {
+        const float* g = P == 0 ? L.ln1_g : L.ln2_g;
+        const float* b = P == 0 ? L.ln1_b : L.ln2_b;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int k = 4 * (threadIdx.x + j * DL_THREADS);
+            if (k < D) {
+                q.g[j] = dl_ld_nc4(g + k);
+                q.b[j] = dl_ld_nc4(b + k);
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ void dl_params_store(int P, int D, const DlParams& q, const DlSmem& sm) {
+    const DlGeo geo = dl_geo[P];
+    if (geo.lo + (int)threadIdx.x < geo.hi) sm.bias[threadIdx.x] = q.bias;
+    if (P == 0 || P == 2) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int k = 4 * (threadIdx.x + j * DL_THREADS);
+            if (k < D) {
+                *reinterpret_cast<float4*>(sm.ln_g + k) = q.g[j];
+                *reinterpret_cast<float4*>(sm.ln_b + k) = q.b[j];
+            }
+        }
+    }
+}
+
+// The start of matrix phase P after its grid barrier: the parameters fetched before the barrier
+// into shared memory, src [M][K] (written by other blocks this launch: read through L2, never
+// L1) into act, and for the projections this block's slice of the residual stream x.
+__device__ __forceinline__ void dl_phase_inputs(const DlStep& st, int P, const DlParams& q, const DlSmem& sm,
+                                                const float* src) {
+    const int D = st.D, K = dl_k(P, D);
+    dl_params_store(P, D, q, sm);
+    float4* a4 = reinterpret_cast<float4*>(sm.act);
+    const float4* s4 = reinterpret_cast<const float4*>(src);
+    for (int i = threadIdx.x; i < st.M * K / 4; i += DL_THREADS) a4[i] = __ldcg(s4 + i);
+    if (P == 1 || P == 3) {
+        const DlGeo geo = dl_geo[P];
+        const int rows = geo.hi - geo.lo;
+        for (int i = threadIdx.x; i < st.M * rows; i += DL_THREADS) {
+            const int m = i / rows, j = i - m * rows;
+            sm.res[m * sm.rmax + j] = __ldcg(st.x + (long long)m * D + geo.lo + j);
+        }
+    }
+    dl_sync();
+}
+
+// act [M][D] <- LayerNorm(act; ln_g, ln_b) in place. The sums of each row (float64, one pass:
+// float64 keeps the sum of squares exact enough for rows in the thousands) are spread over the
+// whole block, thread t taking float4s t, t + 256, ... of every row, then added warp by warp
+// in a fixed order; then the block normalizes.
+__device__ __forceinline__ void dl_layernorm_act(const DlSmem& sm, int M, int D, float eps) {
+    __shared__ double part[DL_MAX_M][DL_WARPS][2];
+    __shared__ double stat[DL_MAX_M][2];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, D4 = D / 4;
+    float4* a4 = reinterpret_cast<float4*>(sm.act);
+    for (int m = 0; m < M; ++m) {
+        double s = 0.0, q = 0.0;
+        for (int k = threadIdx.x; k < D4; k += DL_THREADS) {
+            const float4 v = a4[m * D4 + k];
+            const double p = v.x, r = v.y, t = v.z, u = v.w;
+            s += (p + r) + (t + u);
+            q += (p * p + r * r) + (t * t + u * u);
+        }
+        s = warp_sum(s);
+        q = warp_sum(q);
+        if (lane == 0) {
+            part[m][warp][0] = s;
+            part[m][warp][1] = q;
+        }
+    }
+    dl_sync();
+    if (threadIdx.x < M) {
+        const int m = threadIdx.x;
+        double s = 0.0, q = 0.0;
+#pragma unroll
+        for (int w = 0; w < DL_WARPS; ++w) {
+            s += part[m][w][0];
+            q += part[m][w][1];
+        }
+        const double mean = s / D;
+        stat[m][0] = mean;
+        stat[m][1] = 1.0 / sqrt(fmax(q / D - mean * mean, 0.0) + (double)eps);
+    }
+    dl_sync();
+    const float4* g4 = reinterpret_cast<const float4*>(sm.ln_g);
+    const float4* b4 = reinterpret_cast<const float4*>(sm.ln_b);
+    for (int m = 0; m < M; ++m) {
+        const double mean = stat[m][0], rstd = stat[m][1];
+        for (int k = threadIdx.x; k < D4; k += DL_THREADS) {
+            const float4 v = a4[m * D4 + k], gk = g4[k], bk = b4[k];
+            a4[m * D4 + k] = make_float4(fmaf((float)((v.x - mean) * rstd), gk.x, bk.x),
+                                         fmaf((float)((v.y - mean) * rstd), gk.y, bk.y),
+                                         fmaf((float)((v.z - mean) * rstd), gk.z, bk.z),
+                                         fmaf((float)((v.w - mean) * rstd), gk.w, bk.w));
+        }
+    }
+    dl_sync();
+}
+
+// Matrix phase P for this block's rows: warp w takes row row0 + w of each stage, its lanes
+// 16-byte pieces of the row (lane l: pieces l, l + 32, ...) against the activations act [M][K]
+// in shared memory; a row of K = 4D spans four stages, its sums carried in registers. The warp's
+// sums meet by shuffles, then lane m applies the epilogue of output (m, row).
+template <typename T, int P>
+__device__ __forceinline__ void dl_matrix_phase(const DlStep& st, DlRing<T>& ring, const DlSmem& sm, int layer) {
+    constexpr int CPT = 16 / sizeof(T);
+    typedef typename DlPiece<T>::type Piece;
+    const int D = st.D, M = st.M, K = dl_k(P, D), nseg = K / D;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r0 = dl_geo[P].lo, r1 = dl_geo[P].hi;
+    const float* act = sm.act;
+#ifdef DL_TRACE
+    ring.tw[0] = ring.tw[1] = ring.tw[2] = 0;
+    const long long t_phase = clock64();
+#endif
+    for (int row0 = r0; row0 < r1; row0 += DL_ROWS) {
+        const int n = row0 + warp;
+        const bool mine = n < r1;
+        float acc[DL_MAX_M];
+#pragma unroll
+        for (int m = 0; m < DL_MAX_M; ++m) acc[m] = 0.0f;
+        for (int seg = 0; seg < nseg; ++seg) {
+            const T* w = ring.acquire() + warp * D;
+            if (!mine) {
+                ring.release();
+                continue;
+            }
+            const float* a = act + seg * D;
+            for (int k0 = lane * CPT; k0 < D; k0 += DL_UNROLL * 32 * CPT) {
+                Piece wp[DL_UNROLL];  // every load of the batch first, then the arithmetic
+#pragma unroll
+                for (int u = 0; u < DL_UNROLL; ++u) {
+                    const int k = k0 + u * 32 * CPT;
+                    if (k < D) wp[u] = *reinterpret_cast<const Piece*>(w + k);
+                }
+#pragma unroll
+                for (int u = 0; u < DL_UNROLL; ++u) {
+                    const int k = k0 + u * 32 * CPT;
+                    if (k >= D) break;
+                    float wf[CPT];
+                    unpack16(wp[u], wf);
+#pragma unroll
+                    for (int m = 0; m < DL_MAX_M; ++m) {
+                        if (m >= M) break;
+#pragma unroll
+                        for (int c = 0; c < CPT; c += 4) {
+                            const float4 q = *reinterpret_cast<const float4*>(a + (long long)m * K + k + c);
+                            acc[m] = fmaf(q.x, wf[c], acc[m]);
+                            acc[m] = fmaf(q.y, wf[c + 1], acc[m]);
+                            acc[m] = fmaf(q.z, wf[c + 2], acc[m]);
+                            acc[m] = fmaf(q.w, wf[c + 3], acc[m]);
+                        }
+                    }
+                }
+            }
+            ring.release();
+        }
+        if (!mine) continue;
+        float s = 0.0f;  // lane m: output (m, n)
+#pragma unroll
+        for (int m = 0; m < DL_MAX_M; ++m) {
+            if (m >= M) break;
+            const float v = warp_sum(acc[m]);
+            if (lane == m) s = v;
+        }
+        if (lane >= M) continue;
+        const int m = lane;
+        float v = s + sm.bias[n - r0];
+        if (P == 0) {  // q | k | v; keys and values also into the cache
+            st.qkv[(long long)m * 3 * D + n] = v;
+            if (n >= D) {
+                const int part = n >= 2 * D;  // 0: key, 1: value
+                st.kv[dl_seq[m] * st.batch_stride + layer * st.layer_stride + (long long)part * st.n_ctx * D +
+                      (long long)dl_pos[m] * D + (n - D - part * D)] = v;
+            }
+        } else if (P == 2) {
+            st.hid[(long long)m * 4 * D + n] = gelu_tanh(v);
+        } else {  // the residual adds: x = x + (sum + bias), as the unfused GEMVs add them
+            st.x[(long long)m * D + n] = v + sm.res[m * sm.rmax + (n - r0)];
+        }
+    }
+#ifdef DL_TRACE
+    if (blockIdx.x == 0 && threadIdx.x == 0 && layer < 64) {
+        for (int k = 0; k < 3; ++k) dl_detail[4 * layer + P][k] = ring.tw[k];
+        dl_detail[4 * layer + P][3] = clock64() - t_phase;
+    }
+#endif
+}
+
+// One attention task: token m, head h, keys [split * 64, +64) of its lengths[m]. The block's 16
+// groups of 16 lanes take keys grp, grp + 16, ... (all loaded at once, a float4 of the 64 dims
+// per lane), score them, softmax within the split and sum P V; the groups' sums are added in a
+// fixed order. One split: the result goes to att directly. Several: each writes its partial
+// (max, sum, unnormalised 64-vector) and the last to finish (an integer ticket) combines them in
+// split order.
+__device__ __forceinline__ void dl_attention_task(const DlStep& st, int layer, int m, int h, int split,
+                                                  int n_splits) {
+    __shared__ __align__(16) float sc[DL_KEYS];
+    __shared__ __align__(16) float red[DL_GROUPS][64];
+    __shared__ float stat[4];
+    __shared__ int is_last;
+    const int tid = threadIdx.x, lane16 = tid & 15, grp = tid >> 4, lane = tid & 31, warp = tid >> 5;
+    const unsigned half_mask = 0xffffu << (tid & 16);
+    const int D = st.D, H = D / HEAD_DIM, len = dl_len[m];
+    float* orow = st.att + (long long)m * D + h * HEAD_DIM;
+    dl_sync();  // the previous task is done with the shared arrays
+    if (len < 1 || len > st.n_ctx) {
+        if (tid < HEAD_DIM) orow[tid] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const int k0 = split * DL_KEYS, n = min(DL_KEYS, len - k0);
+    const float* kbase = st.kv + dl_seq[m] * st.batch_stride + layer * st.layer_stride + h * HEAD_DIM + lane16 * 4;
+    const float* vbase = kbase + (long long)st.n_ctx * D;
+    float4 q = __ldcg(reinterpret_cast<const float4*>(st.qkv + (long long)m * 3 * D + h * HEAD_DIM + lane16 * 4));
+    q.x *= ATTN_SCALE; q.y *= ATTN_SCALE; q.z *= ATTN_SCALE; q.w *= ATTN_SCALE;
+
+    constexpr int PER_GROUP = DL_KEYS / DL_GROUPS;
+    float4 kr[PER_GROUP], vr[PER_GROUP];
+#pragma unroll
+    for (int j = 0; j < PER_GROUP; ++j) {
+        const int i = grp + DL_GROUPS * j;
+        if (i < n) {
+            const long long off = (long long)(k0 + i) * D;
+            kr[j] = __ldcg(reinterpret_cast<const float4*>(kbase + off));
+            vr[j] = __ldcg(reinterpret_cast<const float4*>(vbase + off));
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < PER_GROUP; ++j) {
+        const int i = grp + DL_GROUPS * j;
+        if (i >= n) break;  // group-uniform: the shuffle's mask names exactly the group's lanes
+        float d = q.x * kr[j].x;
+        d = fmaf(q.y, kr[j].y, d);
+        d = fmaf(q.z, kr[j].z, d);
+        d = fmaf(q.w, kr[j].w, d);
+#pragma unroll
+        for (int off = 8; off > 0; off >>= 1) d += __shfl_xor_sync(half_mask, d, off);
+        if (lane16 == 0) sc[i] = d;
+    }
+    dl_sync();
+    // max and probabilities: warps 0 and 1, one key per thread
+    float p = 0.0f;
+    if (warp < 2) {
+        const float mx = warp_max(tid < n ? sc[tid] : attn_neg_inf());
+        if (lane == 0) stat[warp] = mx;
+    }
+    dl_sync();
+    if (warp < 2) {
+        const float base = attn_safe_max(fmaxf(stat[0], stat[1]));
+        p = tid < n ? expf(sc[tid] - base) : 0.0f;
+        sc[tid] = p;
+        p = warp_sum(p);
+        if (lane == 0) stat[2 + warp] = p;
+    }
+    dl_sync();
+    const float mx = fmaxf(stat[0], stat[1]), sum = stat[2] + stat[3];
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int j = 0; j < PER_GROUP; ++j) {
+        const int i = grp + DL_GROUPS * j;
+        if (i >= n) break;
+        const float pi = sc[i];
+        o.x = fmaf(pi, vr[j].x, o.x);
+        o.y = fmaf(pi, vr[j].y, o.y);
+        o.z = fmaf(pi, vr[j].z, o.z);
+        o.w = fmaf(pi, vr[j].w, o.w);
+    }
+    *reinterpret_cast<float4*>(&red[grp][lane16 * 4]) = o;
+    dl_sync();
+    float a = 0.0f;
+    if (tid < HEAD_DIM) {
+#pragma unroll
+        for (int g = 0; g < DL_GROUPS; ++g) a += red[g][tid];
+    }
+    if (n_splits == 1) {
+        if (tid < HEAD_DIM) orow[tid] = a / sum;
+        return;
+    }
+    const int max_splits = (st.n_ctx + DL_KEYS - 1) / DL_KEYS;
+    const long long p0 = ((long long)m * H + h) * max_splits;
+    if (tid < HEAD_DIM) st.part_acc[(p0 + split) * HEAD_DIM + tid] = a;
+    if (tid == 0) {
+        st.part_ml[(p0 + split) * 2] = mx;
+        st.part_ml[(p0 + split) * 2 + 1] = sum;
+    }
+    __threadfence();  // the partials are visible device-wide before the ticket
+    dl_sync();
+    if (tid == 0) {
+        const int ticket = atomicAdd(&st.tickets[m * H + h], 1);
+        is_last = ticket == n_splits - 1;
+        if (is_last) st.tickets[m * H + h] = 0;  // ready for the next head / launch
+    }
+    dl_sync();
+    if (!is_last) return;
+    __threadfence();
+    if (tid < HEAD_DIM) {
+        float mm = attn_neg_inf();
+        for (int s = 0; s < n_splits; ++s) mm = fmaxf(mm, __ldcg(st.part_ml + (p0 + s) * 2));
+        const float base = attn_safe_max(mm);
+        float L = 0.0f, A = 0.0f;
+        for (int s = 0; s < n_splits; ++s) {
+            const float w = expf(__ldcg(st.part_ml + (p0 + s) * 2) - base);
+            L = fmaf(__ldcg(st.part_ml + (p0 + s) * 2 + 1), w, L);
+            A = fmaf(__ldcg(st.part_acc + (p0 + s) * HEAD_DIM + tid), w, A);
+        }
+        orow[tid] = A / L;
+    }
+}
+
+// The ATT phase: the tasks (token m, head h, split s) of every token, numbered token-major, go
+// round-robin over the blocks. A token of length L has ceil(L / 64) splits (one if L is bad).
+__device__ __forceinline__ void dl_attention_phase(const DlStep& st, int layer) {
+    const int H = st.D / HEAD_DIM;
+    int total = 0;
+    for (int m = 0; m < st.M; ++m) {
+        const int len = dl_len[m];
+        total += H * (len < 1 || len > st.n_ctx ? 1 : (len + DL_KEYS - 1) / DL_KEYS);
+    }
+    for (int t = blockIdx.x; t < total; t += gridDim.x) {
+        int m = 0, rest = t, ns = 1;
+        for (;; ++m) {
+            const int len = dl_len[m];
+            ns = len < 1 || len > st.n_ctx ? 1 : (len + DL_KEYS - 1) / DL_KEYS;
+            if (rest < H * ns) break;
+            rest -= H * ns;
+        }
+        dl_attention_task(st, layer, m, rest / ns, rest % ns, ns);
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void decode_layers_body(const DlStep& st, unsigned* barrier, int n_stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    __trap();  // bulk copies and mbarrier byte counts are sm_90's; gpt2block launches this on sm_90+ only
+#else
+    extern __shared__ float4 dl_smem4[];
+    const int M = st.M, D = st.D;
+    DlSmem sm;
+    sm.rmax = (4 * D + gridDim.x - 1) / gridDim.x;
+    sm.act = reinterpret_cast<float*>(dl_smem4);
+    sm.res = sm.act + M * 4 * D;
+    sm.bias = sm.res + ((M * sm.rmax + 3) & ~3);  // every region 16-byte aligned
+    sm.ln_g = sm.bias + ((sm.rmax + 3) & ~3);
+    sm.ln_b = sm.ln_g + D;
+    __shared__ unsigned long long bars[2 * DL_MAX_STAGES];
+    DlRing<T> ring;
+    ring.slots = reinterpret_cast<T*>(sm.ln_b + D);
+    ring.bars = bars;
+    ring.n_stages = n_stages;
+    ring.D = D;
+    // The layer table (12 pointers a layer), the phases' rows and the ring's barriers, then the
+    // producer warp leaves to stream the weights: all before the wait, as none of it depends on
+    // the kernels before.
+    for (int i = threadIdx.x; i < st.n_layer * 12; i += DL_THREADS + 32)
+        reinterpret_cast<const void**>(dl_layers)[i] = reinterpret_cast<const void* const*>(st.layers)[i];
+    dl_geo_init(D);
+    if (threadIdx.x == 0) ring.init();
+    __syncthreads();  // the whole block, the last time: from here on the compute threads use dl_sync
+    ring.slot = ring.parity = 0;
+    if (threadIdx.x >= DL_THREADS) {
+        if (threadIdx.x == DL_THREADS) ring.produce(st.n_layer);
+        return;
+    }
+    DlParams q;
+    dl_params_fetch(0, 0, D, q);
+    pdl_wait();
+    if (threadIdx.x < M) {
+        dl_seq[threadIdx.x] = st.seq[threadIdx.x];
+        dl_pos[threadIdx.x] = st.pos[threadIdx.x];
+        dl_len[threadIdx.x] = st.lengths[threadIdx.x];
+    }
+    unsigned target = 0;
+    for (int layer = 0; layer < st.n_layer; ++layer) {
+        const int t = 10 * layer;
+        if (layer > 0) dl_grid_sync(barrier, target);
+        DL_STAMP(t);
+        dl_phase_inputs(st, 0, q, sm, st.x);
+        dl_layernorm_act(sm, M, D, st.eps);
+        dl_matrix_phase<T, 0>(st, ring, sm, layer);
+        dl_params_fetch(layer, 1, D, q);  // PROJ's, held through ATT
+        DL_STAMP(t + 1);
+        dl_grid_sync(barrier, target);
+        DL_STAMP(t + 2);
+        if (layer == st.n_layer - 1) pdl_trigger();  // every block is resident by now
+        dl_attention_phase(st, layer);
+        DL_STAMP(t + 3);
+        dl_grid_sync(barrier, target);
+        DL_STAMP(t + 4);
+        dl_phase_inputs(st, 1, q, sm, st.att);
+        dl_matrix_phase<T, 1>(st, ring, sm, layer);
+        dl_params_fetch(layer, 2, D, q);
+        DL_STAMP(t + 5);
+        dl_grid_sync(barrier, target);
+        DL_STAMP(t + 6);
+        dl_phase_inputs(st, 2, q, sm, st.x);
+        dl_layernorm_act(sm, M, D, st.eps);
+        dl_matrix_phase<T, 2>(st, ring, sm, layer);
+        dl_params_fetch(layer, 3, D, q);
+        DL_STAMP(t + 7);
+        dl_grid_sync(barrier, target);
+        DL_STAMP(t + 8);
+        dl_phase_inputs(st, 3, q, sm, st.hid);
+        dl_matrix_phase<T, 3>(st, ring, sm, layer);
+        if (layer + 1 < st.n_layer) dl_params_fetch(layer + 1, 0, D, q);
+        DL_STAMP(t + 9);
+    }
+    // Leave the counter zero for the next launch: the last block to arrive here (after every
+    // block has passed its last wait) resets it.
+    dl_sync();
+    if (threadIdx.x == 0 && atomicAdd(barrier, 1u) == target + gridDim.x - 1) atomicExch(barrier, 0u);
+#endif
+}
+
+#define DECODE_LAYERS_KERNEL(name, T)                                                                        \
+    extern "C" __global__ void __launch_bounds__(DL_THREADS + 32, 1)                                              \
+        name(const DecodeLayer* __restrict__ layers, int n_layer, int M, int D, float eps, float* x,         \
+             float* qkv, float* att, float* hid, float* kv, long long batch_stride, long long layer_stride,  \
+             int n_ctx, const int* __restrict__ seq, const int* __restrict__ pos,                            \
+             const int* __restrict__ lengths, float* part_acc, float* part_ml, int* tickets,                 \
+             unsigned* barrier, int n_stages) {                                                              \
+        const DlStep st{layers, n_layer, M, D, eps, x, qkv, att, hid, kv, batch_stride, layer_stride,        \
+                        n_ctx, seq, pos, lengths, part_acc, part_ml, tickets};                               \
+        decode_layers_body<T>(st, barrier, n_stages);                                                        \
+    }
+
+DECODE_LAYERS_KERNEL(decode_layers_f32, float)
+DECODE_LAYERS_KERNEL(decode_layers_bf16, unsigned short)

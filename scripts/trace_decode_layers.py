@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Where the fused decode kernel's time goes, phase by phase: kernels/decode_layers.cu built with
+DL_TRACE, whose first and last blocks stamp clock64() at each phase's start and end.
+
+    python scripts/trace_decode_layers.py [SIZE] [--batch B] [--precision fp32|bf16] [--steps N]
+
+Random weights; after a 16-token prefill per row, N eager steps. Prints, per phase, the median over
+steps and layers of the time in the phase and of the wait at the grid barrier after it, for the
+first and the last block (their clocks are separate SMs', so only durations are compared).
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gpt2block.backends import make_runner  # noqa: E402
+from gpt2block.config import SIZES  # noqa: E402
+from gpt2block.weights import ModelWeights  # noqa: E402
+
+PHASES = ("QKV", "ATT", "PROJ", "FC", "PROJ2")
+
+
+def main() -> int:
+    import cupy as cp
+
+    from gpt2block.backends import cuda_decode, cuda_modules
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("size", nargs="?", default="gpt2", choices=sorted(SIZES))
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--steps", type=int, default=20)
+    a = ap.parse_args()
+    cuda_decode.DEFINES = (("DL_TRACE", 1),)
+    runner = make_runner(ModelWeights.random(SIZES[a.size], seed=0), "cuda", a.precision)
+    runner.use_graphs = False
+    cache = runner.new_cache(a.batch)
+    for r in range(a.batch):
+        runner.prefill(cache, r, np.arange(16) + r)
+    tok = np.zeros(a.batch, np.int64)
+    tok = runner.decode_greedy(cache, tok)
+    mod = cuda_modules.module("decode_layers", cuda_decode.DEFINES)
+    trace = cp.ndarray((2, 640), cp.int64, mod.get_global("dl_trace"))
+    n = runner.config.n_layer
+    stamps = []
+    for _ in range(a.steps):
+        tok = runner.decode_greedy(cache, tok)
+        stamps.append(cp.asnumpy(trace[:, :10 * n]).reshape(2, n, 10))
+    st = np.stack(stamps)  # [steps, block, layer, 10]
+    ghz = cp.cuda.Device().attributes["ClockRate"] / 1e6  # kHz -> GHz
+    start, end = st[..., 0::2], st[..., 1::2]  # [steps, block, layer, phase]
+    busy = (end - start) / ghz / 1e3  # us
+    nxt = np.concatenate([start[..., 1:], np.roll(start[..., :1], -1, axis=2)], axis=-1)
+    wait = (nxt - end) / ghz / 1e3
+    wait[..., -1, -1] = np.nan  # no barrier after the last phase
+    print(f"{a.size} {a.precision} batch {a.batch}: us per phase (median over steps and layers)")
+    print(f"{'phase':6} {'first busy':>10} {'first wait':>10} {'last busy':>10} {'last wait':>10}")
+    for p, name in enumerate(PHASES):
+        row = [np.nanmedian(x[:, blk, :, p]) for blk in (0, 1) for x in (busy, wait)]
+        print(f"{name:6} " + " ".join(f"{v:10.2f}" for v in row))
+    det = cp.ndarray((4 * 64, 4), cp.int64, mod.get_global("dl_detail"))
+    d = cp.asnumpy(det[:4 * n]).reshape(n, 4, 4) / ghz / 1e3  # last step: [layer, phase, what]
+    print("first block, matrix phases (us, median over layers): weights wait, -, -, all")
+    for p, name in enumerate(("QKV", "PROJ", "FC", "PROJ2")):
+        print(f"{name:6} " + " ".join(f"{v:8.2f}" for v in np.median(d[:, p], axis=0)))
+    layer = (start[:, 0, -1, 0] - start[:, 0, 0, 0]) / ghz / 1e3 / max(n - 1, 1)
+    print(f"per layer (first block, start to start): {np.median(layer):.2f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
