@@ -43,16 +43,18 @@ if __name__ == "__main__":
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--programmatic", default="on", choices=["on", "off", "both"],
                     help="programmatic dependent launch of the decode kernels (both: A/B in one run)")
-    ap.add_argument("--fused", default="on", choices=["on", "off", "both"],
-                    help="all blocks in the one decode_layers kernel (off: five kernels per block)")
+    ap.add_argument("--fused", default="auto", choices=["auto", "on", "off", "both"],
+                    help="all blocks in the one decode_layers kernel (off: five kernels per block; auto: "
+                         "the runner's default)")
     a = ap.parse_args()
     w = ModelWeights.random(SIZES[a.size], seed=0)
-    modes = {"on": [True], "off": [False], "both": [True, False]}
+    modes = {"on": [True], "off": [False], "both": [True, False], "auto": ["auto"]}
     for prec in a.precisions.split(","):
         runner = make_runner(w, "cuda", prec)
         for b in map(int, a.batches.split(",")):
             for fused in modes[a.fused]:
                 for pdl in modes[a.programmatic]:
                     runner.programmatic, runner.fused_decode = pdl, fused
-                    print(f"{a.size} {prec} batch {b} fused {'on ' if fused else 'off'} programmatic "
+                    label = {True: "on  ", False: "off ", "auto": "auto"}[fused]
+                    print(f"{a.size} {prec} batch {b} fused {label} programmatic "
                           f"{'on ' if pdl else 'off'}: {rate(runner, b, a.steps):,.0f} tok/s", flush=True)

@@ -37,7 +37,7 @@ def main() -> int:
     a = ap.parse_args()
     cuda_decode.DEFINES = (("DL_TRACE", 1),)
     runner = make_runner(ModelWeights.random(SIZES[a.size], seed=0), "cuda", a.precision)
-    runner.use_graphs = False
+    runner.use_graphs, runner.fused_decode = False, True
     cache = runner.new_cache(a.batch)
     for r in range(a.batch):
         runner.prefill(cache, r, np.arange(16) + r)

@@ -14,10 +14,11 @@ One block, the ten steps (the residual stream x is updated in place), prefill / 
     h = LN(x; g2, b2)                 layernorm_f32
     f = gelu(h @ W_fc + b_fc)         gemm epilogue bias_gelu
     x = x + f @ W_proj + b_proj       gemm epilogue bias_residual
-Decode (batch <= 8) by default runs every block in one persistent kernel, decode_layers_*
-(cuda_decode; the same five steps below as phases, the blocks of the grid meeting at a barrier
-between them), where its activations and weight ring fit one SM's shared memory. Otherwise
-(or with fused_decode=False), five kernels per block:
+Decode (batch <= 8) can run every block in one persistent kernel, decode_layers_* (cuda_decode;
+the same five steps below as phases, the blocks of the grid meeting at a barrier between them),
+where its activations and weight ring fit one SM's shared memory: fused_decode=True, or "auto"
+(the default), which picks it from n_embd >= FUSED_AUTO_MIN_D, where it measured faster
+(docs/PERFORMANCE.md, version 4). Otherwise five kernels per block:
     qkv = LN(x) @ W_qkv + b; K, V -> cache   gemv_*_nt_ln_bias_kv
     a = attention(q, cache)           attention_decode_f32
     x = x + a @ W_attn + b            gemv_*_nt_bias_residual
@@ -45,6 +46,7 @@ from .base import Cache, Runner, check_ids
 # precision mode -> (GEMM variant, attention variant); bf16 mode stores the decode matrices as bf16
 VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32"), "bf16": ("tf32x3", "tf32x3f")}
 MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
+FUSED_AUTO_MIN_D = 1600  # fused_decode="auto": gpt2-xl was faster fused, gpt2 slower (version 4)
 
 
 class BlockWorkspace:
@@ -98,7 +100,7 @@ class CudaRunner(Runner):
     backend = "cuda"
 
     def __init__(self, weights: ModelWeights, precision: str = "fp32", use_graphs: bool = True,
-                 programmatic: bool = True, fused_decode: bool = True):
+                 programmatic: bool = True, fused_decode: bool | str = "auto"):
         if precision not in VARIANTS:
             raise ValueError(f"cuda backend precision must be one of {', '.join(VARIANTS)}; got {precision!r}")
         self.precision = precision
@@ -128,6 +130,8 @@ class CudaRunner(Runner):
         self._logits_buf(8)
         self.use_graphs = use_graphs
         self.programmatic = programmatic  # decode kernels with programmatic dependent launch (sm_90+)
+        if fused_decode not in (True, False, "auto"):
+            raise ValueError(f"fused_decode must be True, False or 'auto'; got {fused_decode!r}")
         self.fused_decode = fused_decode  # decode batches that fit run all blocks in decode_layers_*
         self._fused = None  # cuda_decode.DecodeLayers, built at the first fused step
         self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
@@ -232,7 +236,10 @@ class CudaRunner(Runner):
 
     def _fused_fits(self, b: int) -> bool:
         """Whether this step runs its blocks in the one decode_layers kernel."""
-        if not self.fused_decode or b > cuda_linear.GEMV_MAX_M:
+        fused = self.fused_decode
+        if fused == "auto":
+            fused = self.config.n_embd >= FUSED_AUTO_MIN_D
+        if not fused or b > cuda_linear.GEMV_MAX_M:
             return False
         if self._fused is None:
             self._fused = cuda_decode.DecodeLayers(self.block_views, self.dec_mats, self.config)
