@@ -7,7 +7,11 @@
 // block per SM runs all the layers. Each block streams its share of every weight matrix through
 // a ring of shared-memory stages that keeps going across phase boundaries (weights depend on
 // nothing the step computes, so the copies for the next phase are in flight while the blocks
-// wait for each other), and the blocks meet at a grid barrier between the phases of a layer:
+// wait for each other), and the blocks meet at a grid barrier between the phases of a layer.
+// Measured (docs/PERFORMANCE.md, version 4): 22 us a layer at gpt2 batch 1, no faster than
+// the five kernels, as each phase's own latency (activations from L2, LayerNorm, one warp per
+// row) and the barriers remain; at gpt2-xl as fast in fp32 and 11% faster in bf16, so the
+// runner uses it from n_embd 1600 (cuda.py, fused_decode="auto").
 //
 //   phase   computes                                        split over the blocks by
 //   QKV     qkv = LN1(x) @ Wqkv^T + b; K, V -> the cache    rows of Wqkv [3D, D]
@@ -38,8 +42,9 @@
 // target the kernel only traps, and gpt2block does not launch it there.
 // Launch: grid = (G, 1, 1) with every block resident at once (gpt2block: one per SM; the grid
 //   barrier would wait forever otherwise, so it traps after about ten seconds instead),
-//   block = (DL_THREADS + 32, 1, 1) (8 compute warps and the producer warp), dynamic shared memory 4 * (M * 4D + r4(M * rmax) + r4(rmax) + 2D)
-//   bytes (activations, residual and bias slices, LayerNorm gain and shift; rmax = ceil(4D / G),
+//   block = (DL_THREADS + 32, 1, 1) (8 compute warps and the producer warp), dynamic shared
+//   memory 4 * (M * 4D + r4(M * rmax) + r4(rmax) + 2D) bytes (activations, residual and bias
+//   slices, LayerNorm gain and shift; rmax = ceil(4D / G),
 //   r4 rounds up to a multiple of 4) + n_stages * DL_ROWS * D * sizeof(weight) (the ring).
 // Requirements: 1 <= M <= 8, D % 64 == 0, D <= 8 * DL_THREADS, rmax <= DL_THREADS,
 //   n_layer <= DL_MAX_LAYERS, 16-byte aligned matrices and LayerNorm vectors.
@@ -48,7 +53,7 @@
 // Results repeat bit for bit: every sum has a fixed order (no float atomics).
 
 #include "common.cuh"
-#include "mma.cuh"  // cp.async
+#include "mma.cuh"  // smem_u32
 
 #define DL_THREADS 256
 #define DL_WARPS (DL_THREADS / 32)
