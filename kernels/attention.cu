@@ -527,14 +527,9 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
     for (int j = 0; j < PER_GROUP; ++j) {
         const int i = grp + 8 * j;
         if (i >= n) break;
-        float d = qv.x * kr[j].x;
-        d = fmaf(qv.y, kr[j].y, d);
-        d = fmaf(qv.z, kr[j].z, d);
-        d = fmaf(qv.w, kr[j].w, d);
         // Only this 16-lane group runs this iteration (the warp's other group may have one
         // key fewer): the shuffle's mask names exactly the group's lanes, never the whole warp.
-#pragma unroll
-        for (int off = 8; off > 0; off >>= 1) d += __shfl_xor_sync(half_mask, d, off);
+        const float d = attn_dot16(qv, kr[j], half_mask);
         if (lane16 == 0) sc[i] = d;
     }
     __syncthreads();
@@ -600,17 +595,6 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
 
     if (tid < 64) {
         const size_t p0 = ((size_t)b * H + h) * n_splits;
-        float M = attn_neg_inf();
-#pragma unroll 8
-        for (int s = 0; s < n_active; ++s) M = fmaxf(M, __ldcg(part_ml + (p0 + s) * 2));
-        const float Mb = attn_safe_max(M);
-        float L = 0.f, A = 0.f;
-#pragma unroll 8
-        for (int s = 0; s < n_active; ++s) {
-            const float w = expf(__ldcg(part_ml + (p0 + s) * 2) - Mb);
-            L = fmaf(__ldcg(part_ml + (p0 + s) * 2 + 1), w, L);
-            A = fmaf(__ldcg(part_acc + (p0 + s) * 64 + tid), w, A);
-        }
-        orow[tid] = A / L;
+        orow[tid] = attn_combine_splits(part_ml + p0 * 2, part_acc + p0 * 64, n_active, tid);
     }
 }

@@ -71,6 +71,36 @@ __device__ __forceinline__ float attn_neg_inf() { return __int_as_float(0xff8000
 // exp(s - m) for the online softmax; m == -inf (nothing seen yet) uses 0 so that -inf - -inf never happens.
 __device__ __forceinline__ float attn_safe_max(float m) { return m == attn_neg_inf() ? 0.0f : m; }
 
+// q . k over a head's 64 dims held as one float4 per lane by a group of 16 lanes (decode
+// attention); every lane of the group gets the sum. half_mask names exactly the group's lanes.
+__device__ __forceinline__ float attn_dot16(const float4& q, const float4& k, unsigned half_mask) {
+    float d = q.x * k.x;
+    d = fmaf(q.y, k.y, d);
+    d = fmaf(q.z, k.z, d);
+    d = fmaf(q.w, k.w, d);
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) d += __shfl_xor_sync(half_mask, d, off);
+    return d;
+}
+
+// Decode attention's combine of one (row, head)'s n splits, in split order: dim d of
+// sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s, M the largest m_s. ml: [n][2] (max m, sum l),
+// acc: [n][64] unnormalised; written by other blocks of the launch, so read through L2.
+__device__ __forceinline__ float attn_combine_splits(const float* ml, const float* acc, int n, int d) {
+    float mm = attn_neg_inf();
+#pragma unroll 8
+    for (int s = 0; s < n; ++s) mm = fmaxf(mm, __ldcg(ml + 2 * s));
+    const float base = attn_safe_max(mm);
+    float L = 0.f, A = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < n; ++s) {
+        const float w = expf(__ldcg(ml + 2 * s) - base);
+        L = fmaf(__ldcg(ml + 2 * s + 1), w, L);
+        A = fmaf(__ldcg(acc + s * HEAD_DIM + d), w, A);
+    }
+    return A / L;
+}
+
 // 16 bytes of weights as floats: 4 float32, or 8 bf16 (stored as the upper halves of float32s,
 // so bf16 -> float32 is a 16-bit shift).
 __device__ __forceinline__ void unpack16(const float4& v, float (&w)[4]) {

@@ -539,12 +539,7 @@ __device__ __forceinline__ void dl_attention_task(const DlStep& st, int layer, i
     for (int j = 0; j < PER_GROUP; ++j) {
         const int i = grp + DL_GROUPS * j;
         if (i >= n) break;  // group-uniform: the shuffle's mask names exactly the group's lanes
-        float d = q.x * kr[j].x;
-        d = fmaf(q.y, kr[j].y, d);
-        d = fmaf(q.z, kr[j].z, d);
-        d = fmaf(q.w, kr[j].w, d);
-#pragma unroll
-        for (int off = 8; off > 0; off >>= 1) d += __shfl_xor_sync(half_mask, d, off);
+        const float d = attn_dot16(q, kr[j], half_mask);
         if (lane16 == 0) sc[i] = d;
     }
     dl_sync();
@@ -603,18 +598,7 @@ __device__ __forceinline__ void dl_attention_task(const DlStep& st, int layer, i
     dl_sync();
     if (!is_last) return;
     __threadfence();
-    if (tid < HEAD_DIM) {
-        float mm = attn_neg_inf();
-        for (int s = 0; s < n_splits; ++s) mm = fmaxf(mm, __ldcg(st.part_ml + (p0 + s) * 2));
-        const float base = attn_safe_max(mm);
-        float L = 0.0f, A = 0.0f;
-        for (int s = 0; s < n_splits; ++s) {
-            const float w = expf(__ldcg(st.part_ml + (p0 + s) * 2) - base);
-            L = fmaf(__ldcg(st.part_ml + (p0 + s) * 2 + 1), w, L);
-            A = fmaf(__ldcg(st.part_acc + (p0 + s) * HEAD_DIM + tid), w, A);
-        }
-        orow[tid] = A / L;
-    }
+    if (tid < HEAD_DIM) orow[tid] = attn_combine_splits(st.part_ml + p0 * 2, st.part_acc + p0 * HEAD_DIM, n_splits, tid);
 }
 
 // The ATT phase: the tasks (token m, head h, split s) of every token, numbered token-major, go
