@@ -552,18 +552,7 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
     __syncthreads();                // sc (probabilities) visible to all, red free again
 
     // P V from the values already in registers; lane16 owns dims 4*lane16 .. +3
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int j = 0; j < PER_GROUP; ++j) {
-        const int i = grp + 8 * j;
-        if (i >= n) break;
-        const float p = sc[i];
-        acc.x = fmaf(p, vr[j].x, acc.x);
-        acc.y = fmaf(p, vr[j].y, acc.y);
-        acc.z = fmaf(p, vr[j].z, acc.z);
-        acc.w = fmaf(p, vr[j].w, acc.w);
-    }
-    *reinterpret_cast<float4*>(&red[grp][lane16 * 4]) = acc;
+    *reinterpret_cast<float4*>(&red[grp][lane16 * 4]) = attn_pv16(sc, vr, grp, 8, n);
     __syncthreads();
     float a = 0.f;
     if (tid < 64) {

@@ -101,6 +101,39 @@ __device__ __forceinline__ float attn_combine_splits(const float* ml, const floa
     return A / L;
 }
 
+// P V of a decode attention split for the 16-lane group grp of ngroups: the group's keys are
+// grp, grp + ngroups, ... below n; p[i] their probabilities (shared memory), v[j] the lane's
+// float4 of key grp + ngroups * j's value.
+template <int PER_GROUP>
+__device__ __forceinline__ float4 attn_pv16(const float* p, const float4 (&v)[PER_GROUP], int grp, int ngroups,
+                                            int n) {
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int j = 0; j < PER_GROUP; ++j) {
+        const int i = grp + ngroups * j;
+        if (i >= n) break;
+        const float pi = p[i];
+        o.x = fmaf(pi, v[j].x, o.x);
+        o.y = fmaf(pi, v[j].y, o.y);
+        o.z = fmaf(pi, v[j].z, o.z);
+        o.w = fmaf(pi, v[j].w, o.w);
+    }
+    return o;
+}
+
+// Loads of read-only global data issued where they are written (volatile asm: the compiler may
+// not sink them past the barriers that follow), so their latency overlaps those waits.
+__device__ __forceinline__ float ld_nc_issued(const float* p) {
+    float v;
+    asm volatile("ld.global.nc.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ float4 ld_nc_issued4(const void* p) {
+    float4 v;
+    asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+    return v;
+}
+
 // 16 bytes of weights as floats: 4 float32, or 8 bf16 (stored as the upper halves of float32s,
 // so bf16 -> float32 is a 16-bit shift).
 __device__ __forceinline__ void unpack16(const float4& v, float (&w)[4]) {

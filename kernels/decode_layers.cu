@@ -69,13 +69,13 @@
 // Tracing (compiled in with -DDL_TRACE, scripts/trace_decode_layers.py): thread 0 of the first
 // and the last block write clock64() at each phase's start and end: dl_trace[first / last][i],
 // i = 10 * layer + 2 * phase (+1 for the end), phases in the order QKV, ATT, PROJ, FC, PROJ2.
-// dl_detail[4 * layer + matrix phase][0..3]: the first block's thread 0's cycles in a matrix
-// phase waiting for its stages' weights to land ([0]; [1], [2] unused) and in all ([3]).
+// dl_detail[4 * layer + matrix phase][0..1]: the first block's thread 0's cycles in a matrix
+// phase waiting for its stages' weights to land ([0]) and in all ([1]).
 #ifdef DL_TRACE
 __device__ long long dl_trace[2][10 * 64];
-__device__ long long dl_detail[4 * 64][4];
+__device__ long long dl_detail[4 * 64][2];
 #define DL_CLOCK(v) long long v = clock64()
-#define DL_ADD(k, from) (tw[k] += clock64() - (from))
+#define DL_ADD_WAIT(from) (t_wait += clock64() - (from))
 #define DL_STAMP(i)                                                                     \
     do {                                                                                \
         if (threadIdx.x == 0 && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1) && (i) < 640) \
@@ -84,7 +84,7 @@ __device__ long long dl_detail[4 * 64][4];
 #else
 #define DL_STAMP(i) (void)(i)
 #define DL_CLOCK(v)
-#define DL_ADD(k, from)
+#define DL_ADD_WAIT(from)
 #endif
 
 // One block's weights, as cuda_decode.py packs them (12 device pointers).
@@ -112,12 +112,12 @@ struct DlStep {
 
 // Matrix phase p (0 QKV, 1 PROJ, 2 FC, 3 PROJ2): outputs N and depth K; the block's rows
 // [lo, hi) of it (contiguous, balanced to one row), in stages of DL_ROWS rows x D columns.
-// Worked out once per launch into shared memory (dl_geo), so that no division is left in the loops.
+// Worked out once per launch into shared memory (dl_geo), so that no 64-bit division is left in the loops.
 __device__ __forceinline__ int dl_n(int p, int D) { return p == 0 ? 3 * D : p == 2 ? 4 * D : D; }
 __device__ __forceinline__ int dl_k(int p, int D) { return p == 3 ? 4 * D : D; }
 
 struct DlGeo {
-    int lo, hi, stages;
+    int lo, hi;
 };
 __shared__ DlGeo dl_geo[4];
 __shared__ DecodeLayer dl_layers[DL_MAX_LAYERS];  // the layer table, copied at the start
@@ -128,7 +128,7 @@ __device__ __forceinline__ void dl_geo_init(int D) {  // before the block's firs
         const int p = threadIdx.x, n = dl_n(p, D);
         const int lo = (int)((long long)blockIdx.x * n / gridDim.x);
         const int hi = (int)((long long)(blockIdx.x + 1) * n / gridDim.x);
-        dl_geo[p] = DlGeo{lo, hi, (hi - lo + DL_ROWS - 1) / DL_ROWS * (dl_k(p, D) / D)};
+        dl_geo[p] = DlGeo{lo, hi};
     }
 }
 
@@ -182,7 +182,7 @@ struct DlRing {
     int n_stages, D;
     int slot, parity;  // the compute side: the next stage's slot and its phase parity
 #ifdef DL_TRACE
-    long long tw[3];
+    long long t_wait;  // cycles thread 0 waited for weights in the current phase
 #endif
 
     __device__ unsigned full(int s) const { return smem_u32(bars + s); }
@@ -194,7 +194,6 @@ struct DlRing {
             dl_mbar_init(empty(s), DL_WARPS);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        slot = parity = 0;
     }
 
     // The producer: every stage of every layer (one thread).
@@ -228,7 +227,7 @@ struct DlRing {
     __device__ const T* acquire() {
         DL_CLOCK(t0);
         dl_mbar_wait(full(slot), parity);
-        DL_ADD(0, t0);
+        DL_ADD_WAIT(t0);
         return slots + (long long)slot * DL_ROWS * D;
     }
     // ... and handed back once this warp is done with it (every compute thread calls it).
@@ -278,21 +277,8 @@ struct DlSmem {
     int rmax;    // rows per block and phase at most: ceil(4D / G)
 };
 
-// Loads that are issued where they are written (volatile asm): the next phase's parameters are
-// fetched into registers before a grid barrier and used after it, so their memory latency is
-// spent waiting at the barrier, not after it.
-__device__ __forceinline__ float dl_ld_nc(const float* p) {
-    float v;
-    asm volatile("ld.global.nc.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ float4 dl_ld_nc4(const float* p) {
-    float4 v;
-    asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
-    return v;
-}
-
-// A matrix phase's parameters in flight: thread t holds bias[lo + t] and, for the phases with a
+// A matrix phase's parameters in flight (fetched into registers before a grid barrier with loads
+// that stay where they are written, used after it): thread t holds bias[lo + t] and, for the phases with a
 // LayerNorm, float4 t and t + DL_THREADS of its gain and shift (D <= 8 * DL_THREADS).
 struct DlParams {
     float bias;
@@ -303,7 +289,7 @@ __device__ __forceinline__ void dl_params_fetch(int layer, int P, int D, DlParam
     const DecodeLayer& L = dl_layers[layer];
     const DlGeo geo = dl_geo[P];
     const int n = geo.lo + threadIdx.x;
-    if (n < geo.hi) q.bias = dl_ld_nc(L.bias[P] + n);
+    if (n < geo.hi) q.bias = ld_nc_issued(L.bias[P] + n);
     if (P == 0 || P == 2) {
         const float* g = P == 0 ? L.ln1_g : L.ln2_g;
         const float* b = P == 0 ? L.ln1_b : L.ln2_b;
@@ -311,8 +297,8 @@ __device__ __forceinline__ void dl_params_fetch(int layer, int P, int D, DlParam
         for (int j = 0; j < 2; ++j) {
             const int k = 4 * (threadIdx.x + j * DL_THREADS);
             if (k < D) {
-                q.g[j] = dl_ld_nc4(g + k);
-                q.b[j] = dl_ld_nc4(b + k);
+                q.g[j] = ld_nc_issued4(g + k);
+                q.b[j] = ld_nc_issued4(b + k);
             }
         }
     }
@@ -420,7 +406,7 @@ __device__ __forceinline__ void dl_matrix_phase(const DlStep& st, DlRing<T>& rin
     const int r0 = dl_geo[P].lo, r1 = dl_geo[P].hi;
     const float* act = sm.act;
 #ifdef DL_TRACE
-    ring.tw[0] = ring.tw[1] = ring.tw[2] = 0;
+    ring.t_wait = 0;
     const long long t_phase = clock64();
 #endif
     for (int row0 = r0; row0 < r1; row0 += DL_ROWS) {
@@ -491,8 +477,8 @@ __device__ __forceinline__ void dl_matrix_phase(const DlStep& st, DlRing<T>& rin
     }
 #ifdef DL_TRACE
     if (blockIdx.x == 0 && threadIdx.x == 0 && layer < 64) {
-        for (int k = 0; k < 3; ++k) dl_detail[4 * layer + P][k] = ring.tw[k];
-        dl_detail[4 * layer + P][3] = clock64() - t_phase;
+        dl_detail[4 * layer + P][0] = ring.t_wait;
+        dl_detail[4 * layer + P][1] = clock64() - t_phase;
     }
 #endif
 }
@@ -559,18 +545,7 @@ __device__ __forceinline__ void dl_attention_task(const DlStep& st, int layer, i
     }
     dl_sync();
     const float mx = fmaxf(stat[0], stat[1]), sum = stat[2] + stat[3];
-    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int j = 0; j < PER_GROUP; ++j) {
-        const int i = grp + DL_GROUPS * j;
-        if (i >= n) break;
-        const float pi = sc[i];
-        o.x = fmaf(pi, vr[j].x, o.x);
-        o.y = fmaf(pi, vr[j].y, o.y);
-        o.z = fmaf(pi, vr[j].z, o.z);
-        o.w = fmaf(pi, vr[j].w, o.w);
-    }
-    *reinterpret_cast<float4*>(&red[grp][lane16 * 4]) = o;
+    *reinterpret_cast<float4*>(&red[grp][lane16 * 4]) = attn_pv16(sc, vr, grp, DL_GROUPS, n);
     dl_sync();
     float a = 0.0f;
     if (tid < HEAD_DIM) {
@@ -603,18 +578,18 @@ __device__ __forceinline__ void dl_attention_task(const DlStep& st, int layer, i
 
 // The ATT phase: the tasks (token m, head h, split s) of every token, numbered token-major, go
 // round-robin over the blocks. A token of length L has ceil(L / 64) splits (one if L is bad).
+__device__ __forceinline__ int dl_splits(int len, int n_ctx) {
+    return len < 1 || len > n_ctx ? 1 : (len + DL_KEYS - 1) / DL_KEYS;
+}
+
 __device__ __forceinline__ void dl_attention_phase(const DlStep& st, int layer) {
     const int H = st.D / HEAD_DIM;
     int total = 0;
-    for (int m = 0; m < st.M; ++m) {
-        const int len = dl_len[m];
-        total += H * (len < 1 || len > st.n_ctx ? 1 : (len + DL_KEYS - 1) / DL_KEYS);
-    }
+    for (int m = 0; m < st.M; ++m) total += H * dl_splits(dl_len[m], st.n_ctx);
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
         int m = 0, rest = t, ns = 1;
         for (;; ++m) {
-            const int len = dl_len[m];
-            ns = len < 1 || len > st.n_ctx ? 1 : (len + DL_KEYS - 1) / DL_KEYS;
+            ns = dl_splits(dl_len[m], st.n_ctx);
             if (rest < H * ns) break;
             rest -= H * ns;
         }

@@ -226,12 +226,7 @@ struct GemvRaw;  // 16 raw bytes of weights, loaded with a volatile asm so that 
 template <>
 struct GemvRaw<false> {
     typedef float4 T;
-    __device__ static __forceinline__ float4 load(const void* p) {
-        float4 v;
-        asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
-        return v;
-    }
+    __device__ static __forceinline__ float4 load(const void* p) { return ld_nc_issued4(p); }
 };
 template <>
 struct GemvRaw<true> {

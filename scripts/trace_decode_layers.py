@@ -62,9 +62,9 @@ def main() -> int:
     for p, name in enumerate(PHASES):
         row = [np.nanmedian(x[:, blk, :, p]) for blk in (0, 1) for x in (busy, wait)]
         print(f"{name:6} " + " ".join(f"{v:10.2f}" for v in row))
-    det = cp.ndarray((4 * 64, 4), cp.int64, mod.get_global("dl_detail"))
-    d = cp.asnumpy(det[:4 * n]).reshape(n, 4, 4) / ghz / 1e3  # last step: [layer, phase, what]
-    print("first block, matrix phases (us, median over layers): weights wait, -, -, all")
+    det = cp.ndarray((4 * 64, 2), cp.int64, mod.get_global("dl_detail"))
+    d = cp.asnumpy(det[:4 * n]).reshape(n, 4, 2) / ghz / 1e3  # last step: [layer, phase, what]
+    print("first block, matrix phases (us, median over layers): waiting for weights, all")
     for p, name in enumerate(("QKV", "PROJ", "FC", "PROJ2")):
         print(f"{name:6} " + " ".join(f"{v:8.2f}" for v in np.median(d[:, p], axis=0)))
     layer = (start[:, 0, -1, 0] - start[:, 0, 0, 0]) / ghz / 1e3 / max(n - 1, 1)

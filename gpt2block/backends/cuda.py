@@ -239,7 +239,7 @@ class CudaRunner(Runner):
         fused = self.fused_decode
         if fused == "auto":
             fused = self.config.n_embd >= FUSED_AUTO_MIN_D
-        if not fused or b > cuda_linear.GEMV_MAX_M:
+        if not fused:
             return False
         if self._fused is None:
             self._fused = cuda_decode.DecodeLayers(self.block_views, self.dec_mats, self.config)

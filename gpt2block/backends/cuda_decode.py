@@ -67,10 +67,17 @@ class DecodeLayers:
         self.part_ml = cp.empty(GEMV_MAX_M * h * splits * 2, cp.float32)
         self.tickets = cp.zeros(GEMV_MAX_M * h, cp.int32)
         self.barrier = cp.zeros(1, cp.uint32)
+        self._plans: dict = {}
         self.kernel = kernel("decode_layers", "decode_layers_bf16" if self.bf16 else "decode_layers_f32", DEFINES)
 
     def plan(self, m: int) -> Plan | None:
-        """The ring depth and shared memory for a batch of m, or None where it does not fit."""
+        """The ring depth and shared memory for a batch of m, or None where it does not fit
+        (worked out once per m: the device's attributes are slow to read)."""
+        if m not in self._plans:
+            self._plans[m] = self._plan(m)
+        return self._plans[m]
+
+    def _plan(self, m: int) -> Plan | None:
         d = self.config.n_embd
         grid = _sm_count()
         rmax = -(-4 * d // grid)  # rows of a phase per block, at most
