@@ -290,8 +290,8 @@ def _ours_decode_rate(torch, runner, batch, steps, reps, prompt_len=16):
     def gen():
         cache.reset()
         tok = np.stack([runner.prefill(cache, r, prompts[r]) for r in range(batch)]).argmax(-1)
-        for _ in range(steps):
-            tok = runner.decode_greedy(cache, tok)
+        for _ in runner.greedy_steps(cache, tok, max_steps=steps):  # as generate() runs greedy decode
+            pass
 
     def prefill_only():
         cache.reset()

@@ -199,21 +199,37 @@ def generate(
     next_ids = sample(logits, rng.random(B) if not params.greedy else np.zeros(B), params, history)  # [B]
 
     t0 = time.perf_counter()
-    while True:
-        for b, r in enumerate(rows):
-            if not r.done:
-                _take(r, b, int(next_ids[b]), eot, max_new_tokens, n_ctx, history, on_token, log)
-        if all(r.done for r in rows):
-            break
-        feed = np.array([eot if r.done else int(next_ids[b]) for b, r in enumerate(rows)], np.int64)  # [B]
-        for b, r in enumerate(rows):
-            if r.done and cache.pos[b] >= n_ctx:
-                cache.pos[b] = 0  # a finished row's cache is free: rewind it so feeding it never overflows
-        if use_greedy_kernel:
-            next_ids = runner.decode_greedy(cache, feed)  # [B]
-        else:
-            logits = runner.decode(cache, feed)  # [B, V]
-            next_ids = sample(logits, rng.random(B) if not params.greedy else np.zeros(B), params, history)
+    # greedy: the runner's step stream, fed on the device by its own argmax (the CUDA backend
+    # queues the next step before this loop takes the current one); started again from the
+    # host when it ends (its step budget, or a finished row at the end of its context)
+    steps = None
+    try:
+        while True:
+            for b, r in enumerate(rows):
+                if not r.done:
+                    _take(r, b, int(next_ids[b]), eot, max_new_tokens, n_ctx, history, on_token, log)
+            if all(r.done for r in rows):
+                break
+            if steps is not None:
+                ahead = next(steps, None)
+                if ahead is not None:
+                    next_ids = ahead  # [B]; finished rows' ids are not taken
+                    continue
+                steps = None
+            feed = np.array([eot if r.done else int(next_ids[b]) for b, r in enumerate(rows)], np.int64)  # [B]
+            for b, r in enumerate(rows):
+                if r.done and cache.pos[b] >= n_ctx:
+                    cache.pos[b] = 0  # a finished row's cache is free: rewind it so feeding it never overflows
+            if use_greedy_kernel:
+                budget = max(max_new_tokens - len(r.token_ids) for r in rows if not r.done)
+                steps = runner.greedy_steps(cache, feed, max_steps=budget)
+                next_ids = next(steps)  # [B]
+            else:
+                logits = runner.decode(cache, feed)  # [B, V]
+                next_ids = sample(logits, rng.random(B) if not params.greedy else np.zeros(B), params, history)
+    finally:
+        if steps is not None:
+            steps.close()  # a step queued ahead is waited for and taken back
     timing.decode_s = time.perf_counter() - t0
     timing.new_tokens = sum(len(r.token_ids) for r in rows)
     return [

@@ -4,21 +4,101 @@
 //
 // The row is held in registers (float4 per lane, LN_MAX_VEC of them), so the variance is a
 // true second pass over (x - mean): no E[x^2] - E[x]^2, which loses everything on the
-// residual-stream rows of trained GPT-2 whose values reach the thousands. The row's sums,
-// mean and 1/std are float64 (a few FP64 operations per element, nothing next to the memory
-// traffic): a row whose mean is 2000 keeps its small deviations, and each output takes only
-// the rounding of the normalized value and of its final fma with g and b.
+// residual-stream rows of trained GPT-2 whose values reach the thousands. The mean is found in
+// two steps: c from fp32 lane sums, then m, the mean of x - c; both subtractions are made on
+// the registers, so x - mean is x - c - m with m small (a row whose mean is 2000 keeps its small
+// deviations). Each lane sums the values in fp32 and the squares in fp32 four at a time, then
+// in float64; the 32 lane sums are added in float64. Conversions to and from float64 run at a
+// quarter of the FP64 rate on sm_90: this kernel makes one per four elements (it made four per
+// element before, and was slower).
 //
-// Launch: grid = ceil(rows / LN_WARPS), block = 32 * LN_WARPS, no dynamic shared memory.
+// Each warp takes rows warp, warp + W, warp + 2W, ... (W = the grid's warps) and loads its next
+// row before it works on the current one: with a grid of a few blocks per SM, an SM's loads of
+// the next rows stream while its warps reduce and store the current ones. A grid of
+// ceil(rows / LN_WARPS) blocks gives each warp one row (and no overlap between an SM's reads and
+// writes: they all load, then all store).
+//
+// Launch: grid = any number of blocks up to ceil(rows / LN_WARPS), block = 32 * LN_WARPS, no
+// dynamic shared memory.
 // Requires D % 4 == 0, D <= 128 * LN_MAX_VEC, 16-byte aligned x, y, g, b (row starts too).
 #include "common.cuh"
 
 #ifndef LN_WARPS
-#define LN_WARPS 4  // rows per block of 128 threads
+#define LN_WARPS 4  // warps per block of 128 threads
 #endif
 #ifndef LN_MAX_VEC
 #define LN_MAX_VEC 13  // float4 per lane: D up to 1664 (gpt2-xl: 1600)
 #endif
+
+// v = row `row` of x, lane's share: float4 number lane + 32 i (zero past the row's end).
+__device__ __forceinline__ void ln_load(float4 (&v)[LN_MAX_VEC], const float* x, int row, int x_stride,
+                                        int nvec, int lane) {
+    const float4* xr = reinterpret_cast<const float4*>(x + (long long)row * x_stride);
+#pragma unroll
+    for (int i = 0; i < LN_MAX_VEC; ++i) {
+        const int c = lane + 32 * i;
+        v[i] = c < nvec ? xr[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+// Sum over the lane's live elements of v (fp32; the lanes' sums are added in float64 by the caller).
+__device__ __forceinline__ float ln_lane_sum(const float4 (&v)[LN_MAX_VEC], int nvec, int lane) {
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < LN_MAX_VEC; ++i)
+        if (lane + 32 * i < nvec) s += (v[i].x + v[i].y) + (v[i].z + v[i].w);
+    return s;
+}
+
+// v -= c on the lane's live elements.
+__device__ __forceinline__ void ln_shift(float4 (&v)[LN_MAX_VEC], float c, int nvec, int lane) {
+#pragma unroll
+    for (int i = 0; i < LN_MAX_VEC; ++i) {
+        if (lane + 32 * i < nvec) {
+            v[i].x -= c;
+            v[i].y -= c;
+            v[i].z -= c;
+            v[i].w -= c;
+        }
+    }
+}
+
+// The row in v (one warp's registers) normalized -> y[row]; v is used up (left centred).
+__device__ __forceinline__ void ln_row(float4 (&v)[LN_MAX_VEC], const float* __restrict__ g,
+                                       const float* __restrict__ b, float* __restrict__ y, int row,
+                                       int y_stride, int D, int nvec, int lane, float eps) {
+    // mean = c + m: c a first estimate (fp32 lane sums), m the mean of v - c, which is small
+    // next to the row's spread, so its rounding to fp32 costs nothing visible
+    const float c = (float)(warp_sum((double)ln_lane_sum(v, nvec, lane)) / D);
+    ln_shift(v, c, nvec, lane);
+    const float m = (float)(warp_sum((double)ln_lane_sum(v, nvec, lane)) / D);
+    ln_shift(v, m, nvec, lane);  // v = x - mean
+    // squares summed in fp32 four at a time, then in float64: a row of a few huge values among
+    // many small ones (the trained residual stream) keeps the small ones' share of the variance
+    double sq = 0.0;
+#pragma unroll
+    for (int i = 0; i < LN_MAX_VEC; ++i)
+        if (lane + 32 * i < nvec)
+            sq += (double)((v[i].x * v[i].x + v[i].y * v[i].y) + (v[i].z * v[i].z + v[i].w * v[i].w));
+    const float rstd = (float)(1.0 / sqrt(warp_sum(sq) / D + (double)eps));
+
+    const float4* g4 = reinterpret_cast<const float4*>(g);
+    const float4* b4 = reinterpret_cast<const float4*>(b);
+    float4* yr = reinterpret_cast<float4*>(y + (long long)row * y_stride);
+#pragma unroll
+    for (int i = 0; i < LN_MAX_VEC; ++i) {
+        const int c4 = lane + 32 * i;
+        if (c4 < nvec) {
+            const float4 gg = __ldg(g4 + c4), bv = __ldg(b4 + c4);
+            float4 o;
+            o.x = fmaf(v[i].x * rstd, gg.x, bv.x);
+            o.y = fmaf(v[i].y * rstd, gg.y, bv.y);
+            o.z = fmaf(v[i].z * rstd, gg.z, bv.z);
+            o.w = fmaf(v[i].w * rstd, gg.w, bv.w);
+            yr[c4] = o;
+        }
+    }
+}
 
 extern "C" __global__ void __launch_bounds__(32 * LN_WARPS) layernorm_f32(
     const float* __restrict__ x,  // [rows, D], row stride x_stride
@@ -26,48 +106,22 @@ extern "C" __global__ void __launch_bounds__(32 * LN_WARPS) layernorm_f32(
     const float* __restrict__ b,  // [D]
     float* __restrict__ y,        // [rows, D], row stride y_stride
     int rows, int D, int x_stride, int y_stride, float eps) {
-    const int row = blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
-    if (row >= rows) return;
-    const float4* xr = reinterpret_cast<const float4*>(x + (long long)row * x_stride);
+    const int stride = gridDim.x * LN_WARPS;  // rows apart of one warp's consecutive rows
     const int nvec = D >> 2;
-
-    float4 v[LN_MAX_VEC];
-#pragma unroll
-    for (int i = 0; i < LN_MAX_VEC; ++i) {
-        const int c = lane + 32 * i;
-        v[i] = c < nvec ? xr[c] : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    double sum = 0.0;
-#pragma unroll
-    for (int i = 0; i < LN_MAX_VEC; ++i)
-        sum += ((double)v[i].x + (double)v[i].y) + ((double)v[i].z + (double)v[i].w);
-    const double mean = warp_sum(sum) / D;
-
-    double sq = 0.0;
-#pragma unroll
-    for (int i = 0; i < LN_MAX_VEC; ++i) {
-        if (lane + 32 * i < nvec) {
-            const double a = v[i].x - mean, bb = v[i].y - mean, c = v[i].z - mean, d = v[i].w - mean;
-            sq += (a * a + bb * bb) + (c * c + d * d);
-        }
-    }
-    const double rstd = 1.0 / sqrt(warp_sum(sq) / D + (double)eps);
-
-    const float4* g4 = reinterpret_cast<const float4*>(g);
-    const float4* b4 = reinterpret_cast<const float4*>(b);
-    float4* yr = reinterpret_cast<float4*>(y + (long long)row * y_stride);
-#pragma unroll
-    for (int i = 0; i < LN_MAX_VEC; ++i) {
-        const int c = lane + 32 * i;
-        if (c < nvec) {
-            const float4 gg = __ldg(g4 + c), bv = __ldg(b4 + c);
-            float4 o;
-            o.x = fmaf((float)((v[i].x - mean) * rstd), gg.x, bv.x);
-            o.y = fmaf((float)((v[i].y - mean) * rstd), gg.y, bv.y);
-            o.z = fmaf((float)((v[i].z - mean) * rstd), gg.z, bv.z);
-            o.w = fmaf((float)((v[i].w - mean) * rstd), gg.w, bv.w);
-            yr[c] = o;
-        }
+    int row = blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    float4 va[LN_MAX_VEC], vb[LN_MAX_VEC];  // this row and the next, alternating
+    ln_load(va, x, row, x_stride, nvec, lane);
+    while (true) {
+        const int r1 = row + stride;
+        if (r1 < rows) ln_load(vb, x, r1, x_stride, nvec, lane);
+        ln_row(va, g, b, y, row, y_stride, D, nvec, lane, eps);
+        if (r1 >= rows) break;
+        const int r2 = r1 + stride;
+        if (r2 < rows) ln_load(va, x, r2, x_stride, nvec, lane);
+        ln_row(vb, g, b, y, r1, y_stride, D, nvec, lane, eps);
+        if (r2 >= rows) break;
+        row = r2;
     }
 }

@@ -9,6 +9,11 @@
 // to part_v / part_i [rows, gridDim.x]; the last block of the row to finish (an integer ticket
 // on counters[row], which it puts back to zero) reduces the partials in chunk order.
 //
+// step (optional, NULL for none): a decode step's ints [4, rows] (ids, seq, pos, lengths). The
+// kernel advances them to the next step, fed by its own argmax: ids[r] = out[r], pos[r] + 1,
+// lengths[r] + 1 (seq unchanged), so a greedy decode can run its next step with no host round
+// trip. Nothing else reads them by then: every kernel before this one has finished at pdl_wait().
+//
 // Launch: grid = (ceil(V / chunk), rows), block = ARGMAX_THREADS, no dynamic shared memory;
 // counters [rows] zero before the first launch (left zero by every launch).
 // Takes part in programmatic dependent launch (common.cuh): reads nothing before pdl_wait().
@@ -52,13 +57,26 @@ __device__ __forceinline__ void argmax_block(float& bv, int& bi, float* sv, int*
     __syncthreads();  // sv, si free for a second call
 }
 
+// Row r's winner bi -> out[r] (all logits NaN: index 0 rather than an out-of-range sentinel),
+// and the next step's ints when step is given (see the top).
+__device__ __forceinline__ void argmax_write(int* out, int* step, int r, int rows, int bi) {
+    const int id = bi == ARGMAX_NONE ? 0 : bi;
+    out[r] = id;
+    if (step != nullptr) {
+        step[r] = id;
+        step[2 * rows + r] += 1;
+        step[3 * rows + r] += 1;
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_rows_f32(
     const float* __restrict__ logits,  // [rows, V], row stride ld
     int* __restrict__ out,             // [rows]
     int V, int ld, int chunk,
     float* __restrict__ part_v,        // [rows, gridDim.x]
     int* __restrict__ part_i,          // [rows, gridDim.x]
-    int* __restrict__ counters) {      // [rows]
+    int* __restrict__ counters,        // [rows]
+    int* __restrict__ step) {          // [4, rows] or NULL
     __shared__ float sv[32];
     __shared__ int si[32];
     __shared__ int is_last;
@@ -85,7 +103,7 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_rows_f32(
     }
     argmax_block(bv, bi, sv, si);
     if (n_chunks == 1) {
-        if (threadIdx.x == 0) out[r] = bi == ARGMAX_NONE ? 0 : bi;
+        if (threadIdx.x == 0) argmax_write(out, step, r, gridDim.y, bi);
         return;
     }
     if (threadIdx.x == 0) {
@@ -107,6 +125,5 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_rows_f32(
         if (argmax_better(qv, qi, bv, bi)) { bv = qv; bi = qi; }
     }
     argmax_block(bv, bi, sv, si);
-    // all logits NaN: report index 0 rather than an out-of-range sentinel
-    if (threadIdx.x == 0) out[r] = bi == ARGMAX_NONE ? 0 : bi;
+    if (threadIdx.x == 0) argmax_write(out, step, r, gridDim.y, bi);
 }

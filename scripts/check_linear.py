@@ -32,6 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpt2block.backends import cuda_linear as L  # noqa: E402
+from gpt2block.backends.cuda_modules import sm_count  # noqa: E402
 
 WIDTHS = (768, 1024, 1280, 1600)
 # GEMM rows: the engine's linear() sends M <= GEMV_MAX_M (8) to the GEMV, so the GEMM's
@@ -450,7 +451,7 @@ def main() -> int:
 
     if not (args.quick or args.no_time):
         dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-        print(f"\nTimings on {dev['name'].decode()} ({L._sm_count()} SMs)")
+        print(f"\nTimings on {dev['name'].decode()} ({sm_count()} SMs)")
         for line in time_gemms() + [""] + time_gemms(m=4096) + [""] + time_gemvs():
             print(line)
     return 1 if failures else 0

@@ -2,8 +2,9 @@
 """Quick greedy-decode rate of gpt2block on random weights: python scripts/decode_rate.py [SIZE] [--steps N].
 
 Prints tokens/s per batch size and precision (median of 5 generations, prefill excluded),
-with programmatic dependent launch on, off or both (--programmatic), and the layers in the one
-fused decode_layers kernel or as five kernels per block (--fused on, off or both).
+with programmatic dependent launch on, off or both (--programmatic), the layers in the one
+fused decode_layers kernel or as five kernels per block (--fused on, off or both), and the
+steps run ahead by greedy_steps or waited for one by one (--ahead on, off or both).
 The full comparison with transformers is scripts/bench.py.
 """
 
@@ -21,7 +22,9 @@ from gpt2block.config import SIZES  # noqa: E402
 from gpt2block.weights import ModelWeights  # noqa: E402
 
 
-def rate(runner, batch, steps, reps=5):
+def rate(runner, batch, steps, reps=5, ahead=True):
+    """ahead: runner.greedy_steps (the next step queued before the current one is read, as
+    generate() runs); else decode_greedy step by step (the host waits for every step)."""
     rng = np.random.default_rng()
     cache = runner.new_cache(batch)
     times = []
@@ -29,8 +32,12 @@ def rate(runner, batch, steps, reps=5):
         cache.reset()
         tok = np.stack([runner.prefill(cache, r, rng.integers(0, 50257, 16)) for r in range(batch)]).argmax(-1)
         t0 = time.perf_counter()
-        for _ in range(steps):
-            tok = runner.decode_greedy(cache, tok)
+        if ahead:
+            for _ in runner.greedy_steps(cache, tok, max_steps=steps):
+                pass
+        else:
+            for _ in range(steps):
+                tok = runner.decode_greedy(cache, tok)
         times.append(time.perf_counter() - t0)
     return batch * steps / float(np.median(times[1:]))
 
@@ -46,6 +53,9 @@ if __name__ == "__main__":
     ap.add_argument("--fused", default="auto", choices=["auto", "on", "off", "both"],
                     help="all blocks in the one decode_layers kernel (off: five kernels per block; auto: "
                          "the runner's default)")
+    ap.add_argument("--ahead", default="on", choices=["on", "off", "both"],
+                    help="greedy_steps, one step queued ahead (on, as generate runs), or decode_greedy "
+                         "step by step (off)")
     a = ap.parse_args()
     w = ModelWeights.random(SIZES[a.size], seed=0)
     modes = {"on": [True], "off": [False], "both": [True, False], "auto": ["auto"]}
@@ -54,7 +64,9 @@ if __name__ == "__main__":
         for b in map(int, a.batches.split(",")):
             for fused in modes[a.fused]:
                 for pdl in modes[a.programmatic]:
-                    runner.programmatic, runner.fused_decode = pdl, fused
-                    label = {True: "on  ", False: "off ", "auto": "auto"}[fused]
-                    print(f"{a.size} {prec} batch {b} fused {label} programmatic "
-                          f"{'on ' if pdl else 'off'}: {rate(runner, b, a.steps):,.0f} tok/s", flush=True)
+                    for ahead in modes[a.ahead]:
+                        runner.programmatic, runner.fused_decode = pdl, fused
+                        label = {True: "on  ", False: "off ", "auto": "auto"}[fused]
+                        print(f"{a.size} {prec} batch {b} fused {label} programmatic {'on ' if pdl else 'off'} "
+                              f"ahead {'on ' if ahead else 'off'}: {rate(runner, b, a.steps, ahead=ahead):,.0f} tok/s",
+                              flush=True)

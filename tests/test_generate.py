@@ -161,29 +161,54 @@ class ScriptedRunner(Runner):
         return np.stack(out)
 
 
+class AheadRunner(ScriptedRunner):
+    """greedy_steps as the CUDA backend runs it: one step queued ahead of the consumer, fed by
+    the step before (every row, finished or not), taken back when the stream is closed."""
+
+    def _greedy_steps(self, cache, tokens, max_steps):
+        ahead = [self.decode_greedy(cache, tokens)]
+        launched = 1
+        try:
+            while ahead:
+                out = ahead.pop()
+                if (max_steps is None or launched < max_steps) and (cache.pos < cache.n_ctx).all():
+                    ahead.append(self.decode_greedy(cache, out))
+                    launched += 1
+                yield out
+        finally:
+            if ahead:  # closed with a step queued: take it back
+                cache.pos -= 1
+                for b in range(cache.batch):
+                    self.fed[b].pop()
+
+
 @pytest.fixture(scope="module")
 def small_tok(tiny_ckpt):
     return Tokenizer.from_dir(tiny_ckpt.path)
 
 
-def test_endoftext_stops_a_row_and_finished_rows_keep_no_output(small_tok):
+@pytest.mark.parametrize("runner_type", [ScriptedRunner, AheadRunner])
+def test_endoftext_stops_a_row_and_finished_rows_keep_no_output(small_tok, runner_type):
     tok = small_tok
     a, b = tok.encode(" model"), tok.encode(" the engine reads the same offsets")
-    runner = ScriptedRunner(tok.vocab_size, 64, {0: a + [tok.eot_id] + b, 1: b})
+    runner = runner_type(tok.vocab_size, 64, {0: a + [tok.eot_id] + b, 1: b})
     res = generate(runner, tok, ["x", "y"], max_new_tokens=len(b), params=GREEDY)
     assert res[0].stop_reason == "eot" and res[0].token_ids == a and res[0].text == tok.decode(a)
     assert res[1].stop_reason == "length" and res[1].token_ids == b
-    assert all(t == tok.eot_id for t in runner.fed[0][len(a):])  # after eot, row 0 is only fed eot
+    # a finished row may go on being fed (greedy_steps feeds each row its own argmax); what it
+    # makes after its <|endoftext|> is never taken
+    assert runner.fed[0][:len(a) + 1] == a + [tok.eot_id]
 
 
-def test_context_full_stops_cleanly_and_the_other_rows_go_on(small_tok):
+@pytest.mark.parametrize("runner_type", [ScriptedRunner, AheadRunner])
+def test_context_full_stops_cleanly_and_the_other_rows_go_on(small_tok, runner_type):
     tok = small_tok
     n_ctx = 16
     long_prompt = tok.encode("Quick brown foxes jump over lazy dogs; seven wizards quietly judge")[: n_ctx - 2]
     assert len(long_prompt) == n_ctx - 2
     filler = tok.encode(" warm bread")
     script = (filler * 40)[:30]
-    runner = ScriptedRunner(tok.vocab_size, n_ctx, {0: script, 1: script})
+    runner = runner_type(tok.vocab_size, n_ctx, {0: script, 1: script})
     messages = []
     res = generate(runner, tok, [tok.decode(long_prompt), "a"], max_new_tokens=12, params=GREEDY,
                    log=messages.append)
@@ -191,6 +216,43 @@ def test_context_full_stops_cleanly_and_the_other_rows_go_on(small_tok):
     assert res[0].stop_reason == "context" and len(res[0].token_ids) == 2  # prompt + generated = n_ctx
     assert any("filled the context of 16" in m for m in messages)
     assert res[1].stop_reason == "length" and res[1].token_ids == script[:12]  # went on past row 0's stop
+
+
+def test_greedy_steps_equal_decode_greedy_one_step_at_a_time(tiny):
+    runner, _ = tiny
+    rng = np.random.default_rng()
+    prompts = [rng.integers(0, runner.config.vocab_size, n) for n in (3, 5)]
+    caches = [runner.new_cache(2) for _ in range(2)]
+    for c in caches:
+        for row, p in enumerate(prompts):
+            runner.prefill(c, row, p)
+    tok = rng.integers(0, runner.config.vocab_size, 2)
+    want, t = [], tok
+    for _ in range(4):
+        t = runner.decode_greedy(caches[0], t)
+        want.append(t)
+    got = list(runner.greedy_steps(caches[1], tok, max_steps=4))
+    np.testing.assert_array_equal(np.stack(got), np.stack(want))
+    np.testing.assert_array_equal(caches[0].pos, caches[1].pos)
+
+
+@pytest.mark.parametrize("runner_type", [ScriptedRunner, AheadRunner])
+def test_greedy_steps_end_at_a_full_context_and_closing_takes_back_the_step_ahead(small_tok, runner_type):
+    runner = runner_type(small_tok.vocab_size, 10, {0: [7] * 20, 1: [8] * 20})
+    cache = runner.new_cache(2)
+    runner.prefill(cache, 0, [1, 2, 3])
+    runner.prefill(cache, 1, [1])
+    steps = list(runner.greedy_steps(cache, np.array([7, 8])))
+    assert len(steps) == 7 and cache.pos.tolist() == [10, 8]  # row 0 filled its context
+    cache.pos[:] = [3, 1]
+    steps = runner.greedy_steps(cache, np.array([7, 8]), max_steps=5)
+    assert next(steps).tolist() == [7, 8] and next(steps).tolist() == [7, 8]
+    steps.close()
+    assert cache.pos.tolist() == [5, 3]  # two steps taken, none left queued
+    with pytest.raises(ValueError, match="max_steps must be a positive int"):
+        runner.greedy_steps(cache, np.array([7, 8]), max_steps=0)
+    with pytest.raises(ValueError, match="max_steps must be a positive int"):
+        runner.greedy_steps(cache, np.array([7, 8]), max_steps=2.5)
 
 
 def test_context_full_with_the_numpy_runner(tiny):

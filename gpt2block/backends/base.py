@@ -9,7 +9,7 @@ n_ctx, and how many tokens each row already holds (its next position).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Sequence
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -69,6 +69,27 @@ class Runner(ABC):
         """Append one token to every row and return each row's argmax [batch] (int64)."""
         return np.argmax(self.decode(cache, tokens), axis=-1)
 
+    def greedy_steps(self, cache: Cache, tokens: np.ndarray, max_steps: Optional[int] = None) -> Iterator[np.ndarray]:
+        """Greedy decode as a stream: feed ``tokens`` [batch], then each step's argmax back in.
+
+        Yields each step's argmax [batch] (int64), at most ``max_steps`` steps (None: no limit);
+        it ends after the step that fills some row's context (so it never raises ContextFull
+        past its first step). A backend may run one step ahead of the consumer (the CUDA
+        backend does); closing the iterator early, or leaving a ``for`` loop, takes back such a
+        step, so the cache then holds exactly the tokens fed for the steps that were yielded.
+        """
+        check_steps(max_steps)
+        return self._greedy_steps(cache, tokens, max_steps)
+
+    def _greedy_steps(self, cache, tokens, max_steps):
+        n = 0
+        while max_steps is None or n < max_steps:
+            tokens = self.decode_greedy(cache, tokens)
+            n += 1
+            yield tokens
+            if (cache.pos >= cache.n_ctx).any():
+                return
+
     def forward(self, ids: Sequence[int]) -> np.ndarray:
         """Logits of every position of one sequence from position 0: [len(ids), vocab]."""
         cache = self.new_cache(1)
@@ -76,6 +97,12 @@ class Runner(ABC):
 
     def describe(self) -> str:
         return f"{self.backend} ({self.precision})"
+
+
+def check_steps(max_steps: Optional[int]) -> None:
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer))
+                                  or max_steps < 1):
+        raise ValueError(f"max_steps must be a positive int or None; got {max_steps!r}")
 
 
 def check_ids(ids: Sequence[int], vocab_size: int) -> np.ndarray:

@@ -24,15 +24,18 @@ where its activations and weight ring fit one SM's shared memory: fused_decode=T
     x = x + a @ W_attn + b            gemv_*_nt_bias_residual
     f = gelu(LN(x) @ W_fc + b)        gemv_*_nt_ln_bias_gelu
     x = x + f @ W_proj + b            gemv_*_nt_bias_residual
-then ln_f + the LM head (gemv_*_nt_ln) and argmax_rows_f32. A step is one CUDA graph: the
-upload of its ints from pinned memory, the kernels (programmatic dependent launch on sm_90:
-each starts, and fetches its weights, while the one before finishes) and the download of the
-argmax into pinned memory.
+then ln_f + the LM head (gemv_*_nt_ln) and argmax_rows_f32, which also moves the step's ints on
+to the next greedy step (ids = argmax, pos + 1). A step is one CUDA graph: the upload of its
+ints from pinned memory, the kernels (programmatic dependent launch on sm_90: each starts, and
+fetches its weights, while the one before finishes) and the download of the argmax into pinned
+memory. greedy_steps() runs a second graph, the kernels alone, fed by the step before it on the
+device: the host queues step i + 1 before it waits for step i's argmax, so its own time per
+step (launch, copy, Python) hides under the GPU's.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import cupy as cp
 import numpy as np
@@ -94,6 +97,9 @@ class CudaCache(Cache):
         # captured for it never writes into a buffer that the runner regrows for prefill
         self.warm = False  # one eager step ran (kernels compiled, workspaces sized)
         self.graph = None  # the captured decode step (CudaRunner.use_graphs)
+        self.graph_chain = None  # the step's kernels alone, fed by the step before (greedy_steps)
+        self.argmax_ring = None  # [2, B] int32 pinned: greedy_steps' downloads, alternating
+        self.ring_events = None  # events after each download: [0], [1] for the ring, [2] for argmax_host
 
 
 class CudaRunner(Runner):
@@ -212,7 +218,7 @@ class CudaRunner(Runner):
         if self._fused_fits(b):
             ws = self.ws
             self._fused.launch(self.x[:b], ws.qkv[:b], ws.att[:b], ws.f[:b], cache.kv, d_seq, d_pos, d_len)
-            self._decode_head(cache, b)
+            self._decode_head(cache, b, step)
             return
         for layer, w in enumerate(self.block_views):
             k_cache, v_cache = cache.kv[0, layer, 0], cache.kv[0, layer, 1]
@@ -228,11 +234,11 @@ class CudaRunner(Runner):
             else:
                 run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                           attend=attend, after_qkv=store)
-        self._decode_head(cache, b)
+        self._decode_head(cache, b, step)
 
-    def _decode_head(self, cache: "CudaCache", b: int) -> None:
+    def _decode_head(self, cache: "CudaCache", b: int, step) -> None:
         logits = self._head(0, b, decode_out=cache.logits)
-        cuda_ops.argmax_rows(logits, self._argmax[:b])
+        cuda_ops.argmax_rows(logits, self._argmax[:b], advance=step)
 
     def _fused_fits(self, b: int) -> bool:
         """Whether this step runs its blocks in the one decode_layers kernel."""
@@ -309,6 +315,61 @@ class CudaRunner(Runner):
         with cuda_modules.programmatic_launches(self.programmatic):
             self._decode_kernels(cache, cache.step)
         rt.memcpyAsync(cache.argmax_host.ctypes.data, self._argmax.data.ptr, 4 * b, rt.memcpyDeviceToHost, s)
+
+    def _decode_chained(self, cache: "CudaCache", slot: int) -> None:
+        """Queue one decode step fed by the one before it on the device (cache.step as the
+        previous step's argmax left it) and the download of its argmax into argmax_ring[slot]."""
+        b = cache.batch
+        rt = cp.cuda.runtime
+        with self.stream:
+            if cache.graph_chain is None and self.use_graphs:
+                self.stream.synchronize()  # once: capture starts on an idle stream
+                self.stream.begin_capture()
+                try:
+                    with cuda_modules.programmatic_launches(self.programmatic):
+                        self._decode_kernels(cache, cache.step)
+                finally:
+                    cache.graph_chain = self.stream.end_capture()
+            if cache.graph_chain is not None:
+                cache.graph_chain.launch(self.stream)
+            else:
+                with cuda_modules.programmatic_launches(self.programmatic):
+                    self._decode_kernels(cache, cache.step)
+            rt.memcpyAsync(cache.argmax_ring[slot].ctypes.data, self._argmax.data.ptr, 4 * b,
+                           rt.memcpyDeviceToHost, self.stream.ptr)
+            cache.ring_events[slot].record(self.stream)
+        cache.pos += 1
+
+    def _greedy_steps(self, cache: Cache, tokens: np.ndarray, max_steps: Optional[int]):
+        """Runs one step ahead: step i + 1 is queued (fed on the device) before step i's argmax
+        is waited for. Step 0 is decode_greedy's (fed by ``tokens``, argmax in argmax_host)."""
+        n_ctx = cache.n_ctx
+        if cache.argmax_ring is None:
+            cache.argmax_ring = _pinned((2, cache.batch), np.int32)
+            cache.ring_events = [cp.cuda.Event(disable_timing=True) for _ in range(3)]  # [2]: step 0
+        self._decode_device(cache, tokens)
+        cache.ring_events[2].record(self.stream)
+        waiting = (cache.ring_events[2], cache.argmax_host)  # (event, pinned buffer) of the next step to take
+        launched, taken = 1, 0
+        try:
+            while True:
+                ahead = None
+                if (max_steps is None or launched < max_steps) and (cache.pos < n_ctx).all():
+                    slot = launched % 2
+                    self._decode_chained(cache, slot)
+                    ahead = (cache.ring_events[slot], cache.argmax_ring[slot])
+                    launched += 1
+                event, buf = waiting
+                event.synchronize()
+                taken += 1
+                yield buf.astype(np.int64)
+                if ahead is None:
+                    return
+                waiting = ahead
+        finally:
+            if launched > taken:  # closed with a step queued: wait for it and take it back
+                self.stream.synchronize()
+                cache.pos -= launched - taken
 
     def decode(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
         logits = self._decode_device(cache, tokens)

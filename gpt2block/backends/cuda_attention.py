@@ -21,7 +21,7 @@ import cupy as cp
 import numpy as np
 
 from ..config import HEAD_DIM
-from .cuda_modules import kernel, launch
+from .cuda_modules import kernel, launch, sm_count
 
 TILE = 64  # query and key tile of the prefill kernels
 LDS = 68  # shared row stride (floats) of a tile, as ATTN_LDS in attention.cu
@@ -135,17 +135,6 @@ def attention_prefill(q, k, v, out, *, n_head: int, s_q: int, s_kv: int, causal:
 
 # -- decode -----------------------------------------------------------------------------------
 
-_sm_count: dict[int, int] = {}
-
-
-def _multiprocessors() -> int:
-    dev = cp.cuda.Device()
-    n = _sm_count.get(dev.id)
-    if n is None:
-        n = _sm_count[dev.id] = int(dev.attributes["MultiProcessorCount"])
-    return n
-
-
 def decode_plan(batch: int, n_head: int, max_len: int, n_sm: int) -> tuple[int, int]:
     """(n_splits, chunk): keys per split between DECODE_MIN_CHUNK and DECODE_MAX_CHUNK, enough
     splits for batch * n_head * n_splits to reach DECODE_BLOCKS_PER_SM blocks per multiprocessor."""
@@ -221,7 +210,7 @@ def attention_decode(q, k_cache, v_cache, lengths, out, *, n_head: int, q_stride
     ]
     _no_overlap("out", out_span, spans)
 
-    n_splits, chunk = decode_plan(b, n_head, max_len, _multiprocessors())
+    n_splits, chunk = decode_plan(b, n_head, max_len, sm_count())
     ws = workspace if workspace is not None else decode_workspace(b, n_head, n_splits, stream)
     if (ws.batch, ws.n_head) != (b, n_head) or ws.max_splits < n_splits:
         raise ValueError(f"workspace holds (batch {ws.batch}, {ws.n_head} heads, {ws.max_splits} splits); "

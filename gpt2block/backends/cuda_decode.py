@@ -16,8 +16,8 @@ import cupy as cp
 import numpy as np
 
 from ..config import HEAD_DIM, GPT2Config
-from .cuda_linear import GEMV_MAX_M, _sm_count
-from .cuda_modules import kernel, launch
+from .cuda_linear import GEMV_MAX_M
+from .cuda_modules import kernel, launch, sm_count
 
 THREADS = 256  # DL_THREADS: the compute threads; the block has a producer warp besides
 ROWS = 8  # DL_ROWS: weight rows per stage
@@ -79,7 +79,7 @@ class DecodeLayers:
 
     def _plan(self, m: int) -> Plan | None:
         d = self.config.n_embd
-        grid = _sm_count()
+        grid = sm_count()
         rmax = -(-4 * d // grid)  # rows of a phase per block, at most
         if not 1 <= m <= GEMV_MAX_M or d % HEAD_DIM or d > 8 * THREADS or rmax > THREADS:
             return None

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import cupy as cp
 import numpy as np
 
-from .cuda_modules import kernel, launch
+from .cuda_modules import kernel, launch, sm_count
 
 VARIANTS = ("tf32x3", "tf32")
 EPILOGUES = ("bias", "bias_gelu", "bias_residual")
@@ -80,22 +80,10 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-_SM_COUNTS: dict = {}
-
-
-def _sm_count() -> int:
-    """Multiprocessors of the current device (cached: Device.attributes reads them all)."""
-    dev = cp.cuda.Device().id
-    n = _SM_COUNTS.get(dev)
-    if n is None:
-        n = _SM_COUNTS[dev] = cp.cuda.Device(dev).attributes["MultiProcessorCount"]
-    return n
-
-
 def pick_tile(m: int, n: int, sms: int | None = None) -> Tile:
     """The tile with the least estimated time: whole waves of blocks, each wave's length
     proportional to the work an SM does in it."""
-    sms = _sm_count() if sms is None else sms
+    sms = sm_count() if sms is None else sms
 
     def cost(t: Tile) -> float:
         blocks = -(-m // t.bm) * -(-n // t.bn)
@@ -246,7 +234,7 @@ def _gemv_workspace(stream_ptr: int):
     key = (cp.cuda.Device().id, stream_ptr)
     got = _workspaces.get(key)
     if got is None:
-        target = _GEMV_BLOCKS_PER_SM * _sm_count()
+        target = _GEMV_BLOCKS_PER_SM * sm_count()
         ws = cp.empty(2 * target * 64 * GEMV_MAX_M, dtype=cp.float32)
         counters = cp.zeros(target, dtype=cp.uint32)
         got = _workspaces[key] = (ws, counters)
@@ -255,7 +243,7 @@ def _gemv_workspace(stream_ptr: int):
 
 def gemv_plan(n: int, k: int, cols: int, sms: int | None = None) -> tuple[int, int, int]:
     """(strips, splits, k_per_split) for an N-wide, K-deep GEMV with ``cols`` columns per strip."""
-    sms = _sm_count() if sms is None else sms
+    sms = sm_count() if sms is None else sms
     strips = -(-n // cols)
     target = _GEMV_BLOCKS_PER_SM * sms
     step = _GEMV_RPP * _GEMV_UNROLL  # rows one pass of a block loads
@@ -392,7 +380,7 @@ def gemv_nt_plan(n: int, k: int, cpt: int, sms: int | None = None) -> tuple[int,
     """(wpr, grid) of an nt GEMV: the warps per row pair (they split K) and the blocks.
     The fewest warps per row pair that still give every SM two blocks, while each warp keeps
     at least one 16-byte chunk per lane of K; blocks beyond what stays resident loop."""
-    sms = _sm_count() if sms is None else sms
+    sms = sm_count() if sms is None else sms
     warps = _GEMV_NT_THREADS // 32
     wpr = 1
     while (wpr < warps and -(-n // (_GEMV_NT_ROWS * warps // wpr)) < 2 * sms

@@ -21,6 +21,18 @@ _modules: dict[tuple, cp.RawModule] = {}
 _kernels: dict[tuple, cp.RawKernel] = {}
 
 
+_sm_counts: dict[int, int] = {}
+
+
+def sm_count() -> int:
+    """Multiprocessors of the current device (cached: Device.attributes reads them all)."""
+    dev = cp.cuda.Device().id
+    n = _sm_counts.get(dev)
+    if n is None:
+        n = _sm_counts[dev] = int(cp.cuda.Device(dev).attributes["MultiProcessorCount"])
+    return n
+
+
 class KernelCompileError(RuntimeError):
     """NVRTC rejected a kernel source; the message names the file and holds the log."""
 

@@ -7,10 +7,13 @@ and raises ValueError naming the argument; then launches on the current stream.
 from __future__ import annotations
 
 import cupy as cp
+import numpy as np
 
-from .cuda_modules import kernel, launch
+from .cuda_modules import kernel, launch, sm_count
 
 LN_WARPS = 4
+LN_BLOCKS_PER_SM = 4  # layernorm's grid at most this many blocks per SM (each warp then takes
+# several rows, loading the next while it stores the current); tuned on the H200 (docs/PERFORMANCE.md)
 LN_MAX_VEC = 13  # layernorm.cu holds a row in registers: D <= 128 * LN_MAX_VEC (a module per
 # ceil(D / 128), so a narrow row does not pay a wide row's registers)
 LN_MAX_D = 128 * LN_MAX_VEC
@@ -38,8 +41,9 @@ def _rows(name, a):
     return a.shape[0], a.shape[1], a.strides[0] // 4
 
 
-def layernorm(x, g, b, y, eps: float) -> None:
-    """y = LayerNorm(x; g, b): x, y [rows, D] (row-strided views allowed), g, b [D]."""
+def layernorm(x, g, b, y, eps: float, blocks: int | None = None) -> None:
+    """y = LayerNorm(x; g, b): x, y [rows, D] (row-strided views allowed), g, b [D].
+    ``blocks``: the grid (default LN_BLOCKS_PER_SM per SM, fewer for few rows)."""
     rows, d, xs = _rows("x", x)
     yrows, yd, ys = _rows("y", y)
     if (yrows, yd) != (rows, d):
@@ -50,7 +54,12 @@ def layernorm(x, g, b, y, eps: float) -> None:
         if _f32(n, a, 1).shape[0] != d:
             raise ValueError(f"{n} must have shape ({d},); got {a.shape}")
     k = kernel("layernorm", "layernorm_f32", (("LN_WARPS", LN_WARPS), ("LN_MAX_VEC", -(-d // 128))))
-    launch(k, (-(-rows // LN_WARPS),), (32 * LN_WARPS,),
+    most = -(-rows // LN_WARPS)  # one row per warp
+    if blocks is None:
+        blocks = min(most, LN_BLOCKS_PER_SM * sm_count())
+    elif not 1 <= blocks <= most:
+        raise ValueError(f"layernorm of {rows} rows takes 1 to {most} blocks; got {blocks}")
+    launch(k, (blocks,), (32 * LN_WARPS,),
            (x, g, b, y, cp.int32(rows), cp.int32(d), cp.int32(xs), cp.int32(ys), cp.float32(eps)))
 
 
@@ -86,9 +95,11 @@ class ArgmaxWorkspace:
 _argmax_ws: dict = {}
 
 
-def argmax_rows(logits, out) -> None:
+def argmax_rows(logits, out, advance=None) -> None:
     """out[r] = argmax(logits[r]) (first index of the maximum): logits [rows, V], out int32 [rows].
-    Each row is read by ceil(V / ARGMAX_CHUNK) blocks, reduced in the kernel (sampling.cu)."""
+    Each row is read by ceil(V / ARGMAX_CHUNK) blocks, reduced in the kernel (sampling.cu).
+    ``advance``: a decode step's ints, int32 [4, rows] (ids, seq, pos, lengths) on the device,
+    moved on to the next greedy step in the kernel: ids = out, pos + 1, lengths + 1."""
     if not isinstance(logits, cp.ndarray) or logits.dtype != cp.float32 or logits.ndim != 2 or logits.strides[1] != 4:
         raise ValueError("logits must be a float32 CuPy array [rows, V] with contiguous rows")
     rows, v = logits.shape
@@ -101,6 +112,9 @@ def argmax_rows(logits, out) -> None:
         raise ValueError(f"out must be a contiguous int32 CuPy array of shape ({rows},)")
     if ld >= 2**31:
         raise ValueError(f"logits row stride {ld} is beyond the kernel's int indexing")
+    if advance is not None and (not isinstance(advance, cp.ndarray) or advance.dtype != cp.int32
+                                or advance.shape != (4, rows) or not advance.flags.c_contiguous):
+        raise ValueError(f"advance must be a contiguous int32 CuPy array of shape (4, {rows})")
     chunks = -(-v // ARGMAX_CHUNK)
     # one workspace per (stream, rows, chunks), never replaced: a captured graph keeps its own
     key = (cp.cuda.Device().id, cp.cuda.get_current_stream().ptr, rows, chunks)
@@ -109,5 +123,6 @@ def argmax_rows(logits, out) -> None:
         ws = _argmax_ws[key] = ArgmaxWorkspace(rows, chunks)
     k = kernel("sampling", "argmax_rows_f32", (("ARGMAX_THREADS", ARGMAX_THREADS),))
     launch(k, (chunks, rows), (ARGMAX_THREADS,),
-           (logits, out, cp.int32(v), cp.int32(ld), cp.int32(ARGMAX_CHUNK), ws.part_v, ws.part_i, ws.counters),
+           (logits, out, cp.int32(v), cp.int32(ld), cp.int32(ARGMAX_CHUNK), ws.part_v, ws.part_i, ws.counters,
+            advance if advance is not None else np.uint64(0)),  # NULL: no advance
            programmatic=True)

@@ -121,7 +121,10 @@ def test_greedy_argmax_on_device(hf_models):
 
 @pytest.mark.parametrize("rows", [1, 2, 30, 100, 1025])
 @pytest.mark.parametrize("d", [768, 1024, 1280, 1600])
-def test_layernorm_kernel(cp, torch_cuda, rows, d):
+@pytest.mark.parametrize("blocks", [None, 1, 7])
+def test_layernorm_kernel(cp, torch_cuda, rows, d, blocks):
+    """Against float64, within twice torch's error; blocks 1 and 7: each warp takes many rows
+    (the next one loaded while the current one is stored), odd and even counts of them."""
     from gpt2block.backends import cuda_ops
 
     torch = torch_cuda
@@ -132,13 +135,23 @@ def test_layernorm_kernel(cp, torch_cuda, rows, d):
     g = rng.uniform(0.8, 1.2, d).astype(np.float32)
     b = rng.normal(0, 0.1, d).astype(np.float32)
     y = cp.full((rows, d), cp.nan, cp.float32)
-    cuda_ops.layernorm(cp.asarray(x), cp.asarray(g), cp.asarray(b), y, 1e-5)
+    blocks = None if blocks is None else min(blocks, -(-rows // cuda_ops.LN_WARPS))
+    cuda_ops.layernorm(cp.asarray(x), cp.asarray(g), cp.asarray(b), y, 1e-5, blocks=blocks)
     ref = layer_norm(x.astype(np.float64), g, b)
     peer = torch.nn.functional.layer_norm(torch.tensor(x).cuda(), (d,), torch.tensor(g).cuda(),
                                           torch.tensor(b).cuda(), 1e-5).double().cpu().numpy()
     ours = cp.asnumpy(y).astype(np.float64)
     assert np.isfinite(ours).all()
     assert np.abs(ours - ref).max() <= 2 * np.abs(peer - ref).max() + 1e-6
+
+
+def test_layernorm_rejects_a_grid_beyond_its_rows(cp):
+    from gpt2block.backends import cuda_ops
+
+    x = cp.zeros((9, 768), cp.float32)
+    g = cp.ones(768, cp.float32)
+    with pytest.raises(ValueError, match="layernorm of 9 rows takes 1 to 3 blocks; got 4"):
+        cuda_ops.layernorm(x, g, g, x, 1e-5, blocks=4)
 
 
 def test_embedding_and_argmax_kernels(cp):
@@ -252,3 +265,60 @@ def test_decode_graph_survives_other_work(hf_models):
         want = plain.decode(caches[1], toks[1])
         np.testing.assert_array_equal(got, want)
         toks = [got.argmax(-1), want.argmax(-1)]
+
+
+def test_argmax_advances_a_decode_steps_ints(cp):
+    """argmax_rows(advance=step): ids become the argmax, pos and lengths move on by one, seq stays."""
+    from gpt2block.backends import cuda_ops
+
+    rng = np.random.default_rng()
+    logits = rng.normal(0, 1, (3, 50257)).astype(np.float32)
+    step = np.array([[5, 6, 7], [0, 1, 2], [10, 0, 1022], [11, 1, 1023]], np.int32)
+    d_step = cp.asarray(step)
+    out = cp.full(3, -1, cp.int32)
+    cuda_ops.argmax_rows(cp.asarray(logits), out, advance=d_step)
+    want = np.stack([logits.argmax(-1), step[1], step[2] + 1, step[3] + 1]).astype(np.int32)
+    np.testing.assert_array_equal(cp.asnumpy(d_step), want)
+    np.testing.assert_array_equal(cp.asnumpy(out), want[0])
+    with pytest.raises(ValueError, match="advance must be"):
+        cuda_ops.argmax_rows(cp.asarray(logits), out, advance=cp.zeros((4, 2), cp.int32))
+
+
+@pytest.mark.parametrize("d, batch, graphs", [(768, 1, True), (768, 3, True), (768, 3, False),
+                                              (1600, 2, True)])
+def test_greedy_steps_run_ahead_equal_one_step_at_a_time(hf_models, d, batch, graphs):
+    """greedy_steps (one step queued ahead, fed on the device) gives the ids of decode_greedy
+    called step by step, bit for bit, on the five-kernel path (768) and the fused one (1600);
+    closing it early takes the queued step back, so the next decode's logits are those of the
+    cache that never ran it; at the end of a context it stops after the step that fills it."""
+    path, _ = hf_models[d]
+    weights = load_weights(path)
+    rng = np.random.default_rng()
+    runner, plain = make_runner(weights, "cuda"), make_runner(weights, "cuda")
+    runner.use_graphs = graphs
+    prompts = [rng.integers(0, 50257, n) for n in (5, 17, 2)[:batch]]
+    caches = [r.new_cache(batch) for r in (runner, plain)]
+    for r, c in zip((runner, plain), caches):
+        for row, p in enumerate(prompts):
+            r.prefill(c, row, p)
+    tok = rng.integers(0, 50257, batch)
+    want, t = [], tok
+    for _ in range(9):
+        t = plain.decode_greedy(caches[1], t)
+        want.append(t)
+    for start in (0, 4):  # a second stream continues where the first one was closed
+        steps = runner.greedy_steps(caches[0], tok if start == 0 else want[start - 1])
+        for i in range(start, 9 if start else 4):
+            np.testing.assert_array_equal(next(steps), want[i])
+        steps.close()
+        np.testing.assert_array_equal(caches[0].pos, caches[1].pos if start else caches[1].pos - 5)
+    np.testing.assert_array_equal(runner.decode(caches[0], want[-1]), plain.decode(caches[1], want[-1]))
+    # a row 3 short of the context: three steps, then the stream ends
+    for r, c in zip((runner, plain), caches):
+        c.pos[0] = c.n_ctx - 3
+    got = list(runner.greedy_steps(caches[0], want[-1], max_steps=50))
+    assert len(got) == 3 and caches[0].pos[0] == caches[0].n_ctx
+    t = want[-1]
+    for g in got:
+        t = plain.decode_greedy(caches[1], t)
+        np.testing.assert_array_equal(g, t)
