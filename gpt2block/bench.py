@@ -275,7 +275,9 @@ def bench_prefill(torch, reps, size="gpt2", t=1024):
 
     res = {"tokens": t, "max_logit_diff_vs_hf": err}
     res["ours_last_logits_ms"] = _torch_median(torch, ours_last, reps)
-    res["ours_all_logits_ms"] = _torch_median(torch, lambda: runner.forward(ids), reps)
+    # all logits as transformers gives them, on the GPU; and copied to a NumPy array (forward())
+    res["ours_all_logits_ms"] = _torch_median(torch, lambda: runner.forward_device(ids), reps)
+    res["ours_all_logits_to_host_ms"] = _torch_median(torch, lambda: runner.forward(ids), reps)
     with torch.no_grad():
         res["hf_sdpa_ms"] = _torch_median(torch, lambda: model(tid), reps)
         res["hf_sdpa_last_logits_ms"] = _torch_median(torch, lambda: model(tid, logits_to_keep=1), reps)
@@ -365,9 +367,11 @@ def make_rows(r):
                         "torch TF32 + SDPA block", "ms", "ratio<= 0.4", f"err {s1024['ours_tf32_err']:.2g}"))
     if "prefill" in r:
         p = r["prefill"]
-        rows.append(Row("gpt2 prefill 1024 tokens, fp32 (all logits)", p["ours_all_logits_ms"], p["hf_sdpa_ms"],
-                        "transformers sdpa fp32", "ms", "ratio<= 0.4",
-                        f"max |logit diff| {p['max_logit_diff_vs_hf']:.2g}"))
+        host = p.get("ours_all_logits_to_host_ms")
+        rows.append(Row("gpt2 prefill 1024 tokens, fp32 (all logits, on the GPU)", p["ours_all_logits_ms"],
+                        p["hf_sdpa_ms"], "transformers sdpa fp32", "ms", "ratio<= 0.4",
+                        f"max |logit diff| {p['max_logit_diff_vs_hf']:.2g}"
+                        + (f"; to a NumPy array {host:.1f} ms" if host is not None else "")))
         rows.append(Row("gpt2 prefill 1024 tokens, fp32 (last logits)", p["ours_last_logits_ms"],
                         p["hf_sdpa_last_logits_ms"], "transformers sdpa, logits_to_keep=1", "ms", "ratio<= 0.4"))
     if "decode" in r:

@@ -186,9 +186,24 @@ class CudaRunner(Runner):
         cache.check_room(row, t)
         pos = np.arange(start, start + t)
         with self.stream:
-            return self._prefill(cache, row, ids, start, pos, all_logits)
+            logits = self._prefill(cache, row, ids, start, pos, all_logits)
+            out = cp.asnumpy(logits, stream=self.stream, blocking=True)
+        return out if all_logits else out[0]
+
+    def forward_device(self, ids: Sequence[int]):
+        """forward() with the logits left on the GPU: a new CuPy array [len(ids), vocab], ready
+        when this returns (no copy of T x 50257 floats to the host, which alone takes longer
+        than the model at 1024 tokens)."""
+        ids = check_ids(ids, self.config.vocab_size)
+        cache = self.new_cache(1)
+        cache.check_room(0, len(ids))
+        with self.stream:
+            out = self._prefill(cache, 0, ids, 0, np.arange(len(ids)), True).copy()
+        self.stream.synchronize()
+        return out
 
     def _prefill(self, cache, row, ids, start, pos, all_logits):
+        """The prefill's kernels on self.stream; returns the device logits (the runner's buffer)."""
         c = self.config
         t = len(ids)
         d_ids, d_seq, d_pos, _ = self._step_ints(ids, np.full(t, row), pos)
@@ -204,9 +219,7 @@ class CudaRunner(Runner):
             run_block(w, self.x, self.ws, t, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                       attend=attend, after_qkv=store)
         cache.pos[row] = start + t
-        logits = self._head(0, t) if all_logits else self._head(t - 1, t)
-        out = cp.asnumpy(logits, stream=self.stream, blocking=True)
-        return out if all_logits else out[0]
+        return self._head(0, t) if all_logits else self._head(t - 1, t)
 
     def _decode_kernels(self, cache: "CudaCache", step) -> None:
         """Every kernel of one decode step, reading ids / seq / pos / lengths from ``step`` [4, B]

@@ -322,3 +322,20 @@ def test_greedy_steps_run_ahead_equal_one_step_at_a_time(hf_models, d, batch, gr
     for g in got:
         t = plain.decode_greedy(caches[1], t)
         np.testing.assert_array_equal(g, t)
+
+
+def test_forward_device_equals_forward(hf_models, cp):
+    """forward_device leaves the logits on the GPU: the same numbers as forward(), a fresh
+    array each call (the next call does not overwrite it), ids checked as forward's."""
+    path, _ = hf_models[1024]
+    runner = make_runner(load_weights(path), "cuda")
+    rng = np.random.default_rng()
+    ids = rng.integers(0, 50257, 37)
+    first = runner.forward_device(ids)
+    assert isinstance(first, cp.ndarray) and first.shape == (37, 50257) and first.dtype == cp.float32
+    keep = cp.asnumpy(first)
+    runner.forward_device(rng.integers(0, 50257, 5))
+    np.testing.assert_array_equal(cp.asnumpy(first), keep)
+    np.testing.assert_array_equal(keep, runner.forward(ids))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        runner.forward_device([50257])
