@@ -34,6 +34,7 @@
 
 #include "common.cuh"
 #include "mma.cuh"
+#include "gemm_epilogue.cuh"
 
 #ifndef GEMM_BM
 #define GEMM_BM 128
@@ -66,51 +67,6 @@
 #ifndef GEMM_WITH_TF32X3
 #define GEMM_WITH_TF32X3 1
 #endif
-
-#define GEMM_EPI_BIAS 0
-#define GEMM_EPI_GELU 1
-#define GEMM_EPI_RESIDUAL 2
-#define GEMM_EPI_NONE 3
-
-// ---------------------------------------------------------------------------------------------
-// Epilogue: one or two adjacent outputs (row, col), (row, col + 1), each read and written here.
-
-template <int EPI>
-__device__ __forceinline__ float gemm_epi_value(float acc, const float* bias, const float* R,
-                                                long long idx, int col) {
-    if (EPI == GEMM_EPI_NONE) return acc;
-    float v = acc + __ldg(bias + col);
-    if (EPI == GEMM_EPI_GELU) v = gelu_tanh(v);
-    if (EPI == GEMM_EPI_RESIDUAL) v += R[idx];
-    return v;
-}
-
-// v0 -> C[row, col], v1 -> C[row, col + 1], the latter only where col + 1 < N.
-// pair: N even and C (and R) 8-byte aligned, so (col even) the two form one float2.
-template <int EPI>
-__device__ __forceinline__ void gemm_store2(float* C, const float* bias, const float* R, int row, int col,
-                                            int N, bool pair, float v0, float v1) {
-    const long long idx = (long long)row * N + col;
-    if (pair && col + 1 < N) {
-        float2 o;
-        if (EPI == GEMM_EPI_RESIDUAL) {
-            const float2 r = *reinterpret_cast<const float2*>(R + idx);
-            o.x = v0 + __ldg(bias + col) + r.x;
-            o.y = v1 + __ldg(bias + col + 1) + r.y;
-        } else {
-            o.x = gemm_epi_value<EPI>(v0, bias, R, idx, col);
-            o.y = gemm_epi_value<EPI>(v1, bias, R, idx + 1, col + 1);
-        }
-        *reinterpret_cast<float2*>(C + idx) = o;
-        return;
-    }
-    if (col < N) C[idx] = gemm_epi_value<EPI>(v0, bias, R, idx, col);
-    if (col + 1 < N) C[idx + 1] = gemm_epi_value<EPI>(v1, bias, R, idx + 1, col + 1);
-}
-
-__device__ __forceinline__ bool gemm_aligned(const void* p, int bytes) {
-    return (reinterpret_cast<unsigned long long>(p) & (unsigned long long)(bytes - 1)) == 0;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Tensor-core kernel: cp.async triple buffering, 8 warps (default) each owning a

@@ -40,6 +40,13 @@ __device__ __forceinline__ unsigned f32_to_tf32(float x) {
     return r;
 }
 
+// The same rounding in two integer operations (add half a tf32 ulp to the magnitude, clear the 13
+// low bits; a carry into the exponent is the correct result): cvt.rna.tf32.f32 itself compiles to
+// about four instructions on sm_90 (a finiteness test, add, select, and).
+__device__ __forceinline__ unsigned tf32_rna_bits(float x) {
+    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+}
+
 // x = hi + lo (to within tf32 rounding of lo): the 3xTF32 operand split.
 // x - hi is exact in fp32 because hi is x rounded to 11 significant bits.
 __device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) {

@@ -1,4 +1,5 @@
-"""CI has no GPU but has nvcc: every kernels/*.cu must compile for sm_80 and sm_90, and the
+"""CI has no GPU but has nvcc: every kernels/*.cu must compile for sm_80 and sm_90 (an
+architecture-specific source, kernel_source.ARCH_SPECIFIC, for its own architecture), and the
 one-file export of `gpt2block export-cuda` must compile with nvcc alone."""
 
 import shutil
@@ -7,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gpt2block.kernel_source import kernels_dir
+from gpt2block.kernel_source import ARCH_SPECIFIC, kernels_dir
 
 NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
-SOURCES = sorted(p.name for p in kernels_dir().glob("*.cu"))
+SOURCES = sorted(p.name for p in kernels_dir().glob("*.cu") if p.stem not in ARCH_SPECIFIC)
 
 
 def _nvcc(args, cwd):
@@ -39,6 +40,16 @@ def test_layout_header_is_generated_from_layout_py():
 def test_kernel_compiles(name, arch, tmp_path):
     out = _nvcc([f"-arch={arch}", f"-I{kernels_dir()}", "-cubin", "-o", str(tmp_path / "k.cubin"),
                  str(kernels_dir() / name)], tmp_path)
+    assert "error" not in out.lower()
+
+
+@needs_nvcc
+@pytest.mark.parametrize("stem", sorted(ARCH_SPECIFIC))
+def test_arch_specific_kernel_compiles(stem, tmp_path):
+    arch = ARCH_SPECIFIC[stem]  # e.g. sm_90a, written as -gencode (the -arch shorthand adds a plain sm_90 pass)
+    gencode = f"-gencode=arch=compute_{arch[3:]},code={arch}"
+    out = _nvcc([gencode, f"-I{kernels_dir()}", "-cubin", "-o", str(tmp_path / "k.cubin"),
+                 str(kernels_dir() / f"{stem}.cu")], tmp_path)
     assert "error" not in out.lower()
 
 

@@ -162,10 +162,31 @@ def _i32(v: int, name: str) -> np.int32:
 # GEMM.
 
 
+# kernels/gemm_wgmma.cu (sm_90a): run only where it measured faster than gemm.cu's mma.sync
+# kernels, the fp32-mode LM head over a whole vocabulary (scripts/check_wgmma.py: 53.6 against
+# 37.5 TFLOP/s at M = 1024, K = 768, N = 50257; slower at the block's own shapes).
+_WG_TILE = (128, 128, 256)  # GW_BM, GW_BN, GW_THREADS at the default GW_WG = 2, GW_BN = 128
+_WG_SMEM = 2 * 2 * (128 + 128) * 32 * 4 + 1024  # GW_SMEM_BYTES(2)
+
+
+def use_wgmma(variant: str, suffix: str, n: int, k: int) -> bool:
+    """Whether _launch_gemm sends this product to gemm_wgmma.cu on the current device."""
+    return (variant == "tf32x3" and suffix == "nt" and k >= 256 and n >= 8192
+            and cp.cuda.Device().compute_capability == "90")
+
+
 def _launch_gemm(variant, suffix, a, b, bias, residual, out, m, n, k, stream, tile):
     args = (a, b, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"))
     name = f"gemm_{variant}_{suffix}"
+    if tile is None and use_wgmma(variant, suffix, n, k):
+        bm, bn, threads = _WG_TILE
+        fn = kernel("gemm_wgmma", f"gemm_wg_{variant}_{suffix}", _VARIANT_DEFINES[variant])
+        grid = (-(-m // bm), -(-n // bn), 1)
+        if grid[1] > 65535:
+            raise ValueError(f"N = {n} needs {grid[1]} column tiles, more than a grid's 65535")
+        launch(fn, grid, (threads, 1, 1), args, _WG_SMEM, stream)
+        return
     if tile is None:
         tile = pick_tile(m, n)
     elif tile not in TILES:

@@ -12,7 +12,7 @@ import contextlib
 
 import cupy as cp
 
-from ..kernel_source import read_source
+from ..kernel_source import ARCH_SPECIFIC, read_source
 from . import cuda_launch
 
 NVRTC_OPTIONS = ("--std=c++17",)
@@ -33,6 +33,11 @@ def sm_count() -> int:
     return n
 
 
+def _arch_options(name: str) -> tuple:
+    arch = ARCH_SPECIFIC.get(name)
+    return () if arch is None else (f"-arch={arch}",)
+
+
 class KernelCompileError(RuntimeError):
     """NVRTC rejected a kernel source; the message names the file and holds the log."""
 
@@ -44,7 +49,7 @@ def module(name: str, defines: tuple[tuple[str, object], ...] = ()) -> cp.RawMod
     if mod is None:
         head = "".join(f"#define {k} {v}\n" for k, v in defines)
         src = head + read_source(f"{name}.cu")
-        mod = cp.RawModule(code=src, options=NVRTC_OPTIONS)
+        mod = cp.RawModule(code=src, options=NVRTC_OPTIONS + _arch_options(name))
         try:
             mod.compile()
         except cp.cuda.compiler.CompileException as e:

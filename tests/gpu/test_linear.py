@@ -54,6 +54,9 @@ def _gemm_cases() -> list:
             dict(variant=variant, m=9, k=768, n=50257, nt=True),
             dict(variant=variant, m=30, k=768, n=50257, nt=True),
             dict(variant=variant, m=1025, k=1600, n=50257, nt=True),
+            # tf32x3 nt with K >= 256 and N >= 8192 runs kernels/gemm_wgmma.cu on sm_90
+            dict(variant=variant, m=129, k=800, n=8195, nt=True, offset=1),
+            dict(variant=variant, m=64, k=256, n=8192, nt=True),
             dict(variant=variant, m=37, k=30, n=101, nt=True),
         ]
     return cases
