@@ -55,6 +55,14 @@
 
 // ---------------------------------------------------------------------------------------------
 // wgmma and its ordering instructions (PTX ISA, "Asynchronous Warpgroup Level Matrix" instructions).
+// They exist only on the sm_90a target (__CUDA_ARCH_FEAT_SM90_ALL). Built for any other target (a
+// plain `nvcc -arch=sm_90` over kernels/*.cu), the file still compiles and its kernels trap; the
+// engine loads it only with -arch=sm_90a (kernel_source.ARCH_SPECIFIC) and only on sm_90 devices.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GW_WGMMA_ASM(...) __trap()
+#else
+#define GW_WGMMA_ASM(...) asm volatile(__VA_ARGS__)
+#endif
 
 // Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"), k-major operand in the
 // 128-byte swizzle layout (type 1 in bits 62-63): each 8-row group is one 1024-byte atom of 128-byte
@@ -69,15 +77,15 @@ __device__ __forceinline__ unsigned long long wgmma_desc(unsigned smem_addr) {
 }
 #define GW_K8_STEP 32u  // bytes: 8 tf32 along a row
 
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { GW_WGMMA_ASM("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { GW_WGMMA_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void wgmma_wait() { GW_WGMMA_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
 // Ordinary shared-memory stores become visible to the async proxy (wgmma's operand reads) only
 // through this fence, executed by each writing thread before the barrier.
 __device__ __forceinline__ void fence_proxy_async_smem() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    GW_WGMMA_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 // Keeps the compiler from moving reads or writes of accumulator registers across the
@@ -91,7 +99,7 @@ __device__ __forceinline__ void wgmma_pin(float (&d)[N]) {
 // d[32] (+)= A[64 x 8] * B[8 x 64] from the descriptors' shared-memory tiles; scale_d 0 ignores d.
 __device__ __forceinline__ void wgmma_tf32_m64n64k8(float (&d)[32], unsigned long long a_desc,
                                                    unsigned long long b_desc, int scale_d) {
-    asm volatile(
+    GW_WGMMA_ASM(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19,\n"
@@ -109,7 +117,7 @@ __device__ __forceinline__ void wgmma_tf32_m64n64k8(float (&d)[32], unsigned lon
 // d[64] (+)= A[64 x 8] * B[8 x 128] from the descriptors' shared-memory tiles; scale_d 0 ignores d.
 __device__ __forceinline__ void wgmma_tf32_m64n128k8(float (&d)[64], unsigned long long a_desc,
                                                    unsigned long long b_desc, int scale_d) {
-    asm volatile(
+    GW_WGMMA_ASM(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19,\n"
