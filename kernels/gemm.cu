@@ -59,14 +59,6 @@
 #define GEMM_STAGE_FLOATS (GEMM_A_FLOATS + GEMM_B_FLOATS)
 #define GEMM_SMEM_BYTES (GEMM_STAGES * GEMM_STAGE_FLOATS * 4)
 
-// Which arithmetic variants this compilation holds (all by default; gpt2block's loader builds one
-// module per variant and tile, so a process compiles only what it runs).
-#ifndef GEMM_WITH_TF32
-#define GEMM_WITH_TF32 1
-#endif
-#ifndef GEMM_WITH_TF32X3
-#define GEMM_WITH_TF32X3 1
-#endif
 
 // ---------------------------------------------------------------------------------------------
 // Tensor-core kernel: cp.async triple buffering, 8 warps (default) each owning a
@@ -286,10 +278,6 @@ __device__ __forceinline__ void gemm_mma_body(const float* __restrict__ A, const
 
 // ---------------------------------------------------------------------------------------------
 // The exported kernels: gemm_<variant>_<epilogue>.
-
-#define GEMM_PARAMS                                                                                    \
-    const float *__restrict__ A, const float *__restrict__ B, const float *__restrict__ bias, const float *R, \
-        float *C, int M, int N, int K
 
 #define GEMM_MMA_KERNEL(name, passes, epi, nt)                                         \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS) name(GEMM_PARAMS) {   \

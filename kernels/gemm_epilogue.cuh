@@ -1,7 +1,22 @@
-// gemm_epilogue.cuh: the GEMM kernels' epilogues (gemm.cu on mma.sync, gemm_wgmma.cu on wgmma):
+// gemm_epilogue.cuh: what the GEMM files (gemm.cu on mma.sync, gemm_wgmma.cu on wgmma) share: the
+// kernels' parameter list, which arithmetic variants a compilation holds, and the epilogues
 // C = acc + bias, gelu_tanh(acc + bias), R + acc + bias, or acc, stored one or two outputs at a time.
 // Device code only; needs common.cuh (gelu_tanh).
 #pragma once
+
+// Which arithmetic variants this compilation holds (all by default; gpt2block's loader builds one
+// module per variant and tile, so a process compiles only what it runs).
+#ifndef GEMM_WITH_TF32
+#define GEMM_WITH_TF32 1
+#endif
+#ifndef GEMM_WITH_TF32X3
+#define GEMM_WITH_TF32X3 1
+#endif
+
+// Every GEMM kernel's parameters (see gemm.cu's header).
+#define GEMM_PARAMS                                                                                    \
+    const float *__restrict__ A, const float *__restrict__ B, const float *__restrict__ bias, const float *R, \
+        float *C, int M, int N, int K
 
 #define GEMM_EPI_BIAS 0
 #define GEMM_EPI_GELU 1

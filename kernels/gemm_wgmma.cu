@@ -46,13 +46,6 @@
 #define GW_PLANE_FLOATS ((GW_BM + GW_BN) * GW_BK)  // one plane: A's GW_BM rows, then B's GW_BN rows
 #define GW_SMEM_BYTES(planes) (2 * (planes) * GW_PLANE_FLOATS * 4 + 1024)  // + room to align to 1024
 
-#ifndef GEMM_WITH_TF32
-#define GEMM_WITH_TF32 1
-#endif
-#ifndef GEMM_WITH_TF32X3
-#define GEMM_WITH_TF32X3 1
-#endif
-
 // ---------------------------------------------------------------------------------------------
 // wgmma and its ordering instructions (PTX ISA, "Asynchronous Warpgroup Level Matrix" instructions).
 // They exist only on the sm_90a target (__CUDA_ARCH_FEAT_SM90_ALL). Built for any other target (a
@@ -153,7 +146,8 @@ __device__ __forceinline__ void wgmma_tf32<128>(float (&d)[64], unsigned long lo
 // ---------------------------------------------------------------------------------------------
 // Global loads (zeros outside the matrix) and the split.
 
-// 16 bytes of k-contiguous G [nrows, K] at (row, k); vec: K % 4 == 0 and G 16-byte aligned.
+// 16 bytes of row-major G [nrows, K] at (row, k): A, B [N, K] (nt) and B [K, N] alike; vec: K % 4 == 0
+// and G 16-byte aligned.
 __device__ __forceinline__ float4 gw_load4(const float* G, int row, int nrows, int k, int K, bool vec) {
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (row >= nrows) return v;
@@ -244,20 +238,7 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
             if (NT) {
                 r.b[i] = gw_load4(B, n0 + kmajor_row(c), N, k0 + kmajor_k(c), K, b_vec);
             } else {
-                const int k = k0 + nn_k(c), n = n0 + nn_n4(c) * 4;
-                float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                if (k < K) {
-                    const float* p = B + (long long)k * N + n;
-                    if (b_vec) {
-                        if (n < N) v = *reinterpret_cast<const float4*>(p);
-                    } else {
-                        if (n < N) v.x = p[0];
-                        if (n + 1 < N) v.y = p[1];
-                        if (n + 2 < N) v.z = p[2];
-                        if (n + 3 < N) v.w = p[3];
-                    }
-                }
-                r.b[i] = v;
+                r.b[i] = gw_load4(B, k0 + nn_k(c), K, n0 + nn_n4(c) * 4, N, b_vec);  // B [K, N]: row k, column n
             }
         }
     };
@@ -364,12 +345,8 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
 // ---------------------------------------------------------------------------------------------
 // The exported kernels: gemm_wg_<variant>_<epilogue>.
 
-#define GW_PARAMS                                                                                      \
-    const float *__restrict__ A, const float *__restrict__ B, const float *__restrict__ bias, const float *R, \
-        float *C, int M, int N, int K
-
 #define GW_KERNEL(name, passes, epi, nt)                                                           \
-    extern "C" __global__ void __launch_bounds__(GW_THREADS) name(GW_PARAMS) {                   \
+    extern "C" __global__ void __launch_bounds__(GW_THREADS) name(GEMM_PARAMS) {                   \
         gemm_wg_body<passes, epi, nt>(A, B, bias, R, C, M, N, K);                                  \
     }
 

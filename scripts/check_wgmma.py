@@ -37,7 +37,7 @@ def wg_call(variant, suffix, wg, bn, a, b, bias, res, out):
     n = b.shape[0] if suffix == "nt" else b.shape[1]
     fn = kernel("gemm_wgmma", f"gemm_wg_{variant}_{suffix}",
                 (("GW_WG", wg), ("GW_BN", bn)) + L._VARIANT_DEFINES[variant])
-    smem = 2 * (2 if variant == "tf32x3" else 1) * (64 * wg + bn) * 32 * 4 + 1024
+    smem = L.wgmma_smem_bytes(variant, wg, bn)
     args = (a, b, bias if bias is not None else np.uint64(0), res if res is not None else np.uint64(0), out,
             np.int32(m), np.int32(n), np.int32(k))
     return lambda: launch(fn, (-(-m // (64 * wg)), -(-n // bn), 1), (128 * wg, 1, 1), args, smem)

@@ -163,10 +163,16 @@ def _i32(v: int, name: str) -> np.int32:
 
 
 # kernels/gemm_wgmma.cu (sm_90a): run only where it measured faster than gemm.cu's mma.sync
-# kernels, the fp32-mode LM head over a whole vocabulary (scripts/check_wgmma.py: 53.6 against
-# 37.5 TFLOP/s at M = 1024, K = 768, N = 50257; slower at the block's own shapes).
-_WG_TILE = (128, 128, 256)  # GW_BM, GW_BN, GW_THREADS at the default GW_WG = 2, GW_BN = 128
-_WG_SMEM = 2 * 2 * (128 + 128) * 32 * 4 + 1024  # GW_SMEM_BYTES(2)
+# kernels, the fp32-mode LM head over a whole vocabulary (scripts/check_wgmma.py: 53.1 against
+# 37.6 TFLOP/s at M = 1024, K = 768, N = 50257; slower at the block's own shapes).
+_WG_WG, _WG_BN = 2, 128  # the defaults of GW_WG and GW_BN: 128 x 128 blocks of 256 threads
+
+
+def wgmma_smem_bytes(variant: str, wg: int = _WG_WG, bn: int = _WG_BN) -> int:
+    """GW_SMEM_BYTES(planes) of kernels/gemm_wgmma.cu: two buffers of the A and B planes, 32-deep
+    k tiles, plus 1024 bytes to align the swizzle atoms."""
+    planes = 2 if variant == "tf32x3" else 1  # hi and lo, or hi only
+    return 2 * planes * (64 * wg + bn) * 32 * 4 + 1024
 
 
 def use_wgmma(variant: str, suffix: str, n: int, k: int) -> bool:
@@ -180,22 +186,19 @@ def _launch_gemm(variant, suffix, a, b, bias, residual, out, m, n, k, stream, ti
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"))
     name = f"gemm_{variant}_{suffix}"
     if tile is None and use_wgmma(variant, suffix, n, k):
-        bm, bn, threads = _WG_TILE
         fn = kernel("gemm_wgmma", f"gemm_wg_{variant}_{suffix}", _VARIANT_DEFINES[variant])
-        grid = (-(-m // bm), -(-n // bn), 1)
-        if grid[1] > 65535:
-            raise ValueError(f"N = {n} needs {grid[1]} column tiles, more than a grid's 65535")
-        launch(fn, grid, (threads, 1, 1), args, _WG_SMEM, stream)
-        return
-    if tile is None:
-        tile = pick_tile(m, n)
-    elif tile not in TILES:
-        raise ValueError(f"tile must be one of cuda_linear.TILES, got {tile!r}")
-    fn = kernel("gemm", name, tile.defines + _VARIANT_DEFINES[variant])
-    grid = (-(-m // tile.bm), -(-n // tile.bn), 1)
+        bm, bn, threads, smem = 64 * _WG_WG, _WG_BN, 128 * _WG_WG, wgmma_smem_bytes(variant)
+    else:
+        if tile is None:
+            tile = pick_tile(m, n)
+        elif tile not in TILES:
+            raise ValueError(f"tile must be one of cuda_linear.TILES, got {tile!r}")
+        fn = kernel("gemm", name, tile.defines + _VARIANT_DEFINES[variant])
+        bm, bn, threads, smem = tile.bm, tile.bn, tile.threads, tile.smem_bytes
+    grid = (-(-m // bm), -(-n // bn), 1)
     if grid[1] > 65535:
         raise ValueError(f"N = {n} needs {grid[1]} column tiles, more than a grid's 65535")
-    launch(fn, grid, (tile.threads, 1, 1), args, tile.smem_bytes, stream)
+    launch(fn, grid, (threads, 1, 1), args, smem, stream)
 
 
 def gemm(a, b, bias, out, *, epilogue="bias", residual=None, variant="tf32x3", stream=None, tile=None):
