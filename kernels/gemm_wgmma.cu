@@ -1,84 +1,95 @@
-// gemm_wgmma.cu: the GEMMs of gemm.cu (same parameters and results, names gemm_wg_*) on Hopper's
-// warpgroup tensor-core instruction, wgmma (sm_90a only: NVRTC or nvcc with -arch=sm_90a).
+// gemm_wgmma.cu: the GEMMs on Hopper's warpgroup tensor-core instruction, wgmma (sm_90a only:
+// NVRTC or nvcc with -arch=sm_90a), with the weight operand prepared once ("planes").
 //
-//   C[M,N] = epilogue(A[M,K] @ B[K,N] + bias[N])     gemm_wg_<variant>_<bias | bias_gelu | bias_residual>
-//   C[M,N] = A[M,K] @ B[N,K]^T                         gemm_wg_<variant>_nt
-// variant: tf32x3 (each operand split x = hi + lo into tf32 parts, lo*hi' + hi*lo' + hi*hi': fp32-level
-// accuracy) or tf32 (one pass). Any M, N, K >= 1; deterministic.
+//   C[M,N] = epilogue(A[M,K] @ W + bias[N])     gemm_wg_<variant>_<bias | bias_gelu | bias_residual | nt>
+// where W is given as planes P [PLANES, N, K] (k-major, W transposed): P[0] = tf32 hi part of W^T,
+// P[1] (tf32x3) = tf32 lo part, both rounded to nearest (gemm_wg_split_planes_* below makes them
+// from W [K, N] or W^T [N, K]). nt is the plain product (no bias): the tied LM head, W^T = wte.
+// variant: tf32x3 (A split x = hi + lo in the kernel; lo*hi' + hi*lo' + hi*hi': fp32-level
+// accuracy) or tf32 (one pass, A rounded to tf32 in the kernel: left to the tensor core, which
+// reads the top 19 bits, A's truncation measured 400-1000x torch fp32's error, twice rounding's).
+// Requires K % 4 == 0 and A, P 16-byte aligned (cuda_linear sends other products to gemm.cu).
+// Any M, N >= 1; deterministic.
 //
-// What the engine runs of it: gemm_wg_tf32x3_nt, the fp32-mode LM head over the whole vocabulary on
-// sm_90 (cuda_linear.gemm_nt, K >= 256 and N >= 8192). Everything else stays on gemm.cu's mma.sync
-// kernels, which this version does not beat (scripts/check_wgmma.py; docs/PERFORMANCE.md, version 6).
+// A block is GW_WG consumer warpgroups (64 rows of C each, all GW_BN columns) and one producer
+// warpgroup, meeting only at shared-memory barriers (mbarrier), so the consumers drift apart and
+// one's non-tensor work overlaps the other's wgmmas:
+//   producer: for each k tile (GW_BK = 32 deep) it waits until the ring slot is free (empty[s]),
+//             copies A's GW_BM x 32 and the planes' GW_BN x 32 into it with cp.async, 16 bytes per
+//             copy, into wgmma's k-major 128-byte-swizzle layout, and has the copies' completion
+//             arrive on full[s] (GW_STAGES slots in the ring);
+//   consumer: waits on full[s]; rounds its 64 rows of A to tf32 in place (hi) and, for tf32x3,
+//             stores the rounded remainder (lo) into a buffer of its own; then one wgmma m64nGW_BNk8 per k8 step and pass, summing
+//             the tile's 12 products from zero into `part` in the tensor core (which truncates as
+//             it accumulates: summing all of K there measured 95-125x torch fp32's error, version
+//             6), waits for them, arrives on empty[s] and adds part to the fp32 accumulators with
+//             FADDs. (Adding part one tile later, behind the next tile's wgmmas, makes ptxas
+//             serialize every wgmma: it reads registers of the wgmma pipeline.) While one consumer
+//             splits, waits and adds, the other's wgmmas keep the tensor cores busy. tf32
+//             accumulates in the tensor core and keeps one tile's wgmmas in flight.
 //
-// How a block works (GW_WG warpgroups of 128 threads; block tile GW_BM = 64 * GW_WG rows x GW_BN
-// columns; each warpgroup owns 64 rows and all GW_BN columns, one m64nGW_BNk8 wgmma per k8 step):
-//   1. each k tile (GW_BK = 32 deep) of A and B is read from global memory into registers two
-//      tiles ahead of its multiplication (two register sets);
-//   2. the loading thread rounds every element to tf32 (hi) and, for tf32x3, rounds its remainder
-//      (lo), and stores them into shared-memory "planes" in wgmma's k-major 128-byte-swizzle layout
-//      (B transposed to [n][k] on the way when it is [K, N] in memory): tf32 wgmma reads only
-//      k-major operands, and each element is split once, by one thread;
-//   3. the warpgroups issue the tile's wgmmas on descriptors of the planes. tf32x3 sums the tile's
-//      12 products (4 k8 steps x 3 passes) in the tensor core from zero (part), waits, and adds part
-//      to the fp32 accumulators with round-to-nearest FADDs: the tensor core's own accumulation
-//      truncates, and summing all of K in it measured 95-125x torch fp32's error at K = 768-3072.
-//      tf32 accumulates in the tensor core and keeps one tile's wgmmas in flight across the barrier.
-// Two plane buffers: tile kt + 1 is stored into one while wgmmas read tile kt from the other.
-//
-// Launch recipe: grid (ceil(M / GW_BM), ceil(N / GW_BN)), block GW_THREADS = 128 * GW_WG,
-//   dynamic shared memory GW_SMEM_BYTES(planes) = 2 * planes * (GW_BM + GW_BN) * GW_BK * 4 + 1024
-//   (planes = 2 for tf32x3, 1 for tf32; the 1024 aligns the swizzle atoms): 132096 bytes at
-//   128 x 128 tf32x3.
+// Launch recipe (cuda_linear.wgmma_launch): grid (ceil(M / GW_BM), ceil(N / GW_BN)), block
+// GW_THREADS = 128 * (GW_WG + 1), dynamic shared memory GW_SMEM_BYTES(planes) (about 224 KB at
+// 128 x 128, 4 stages, tf32x3: one block per SM).
 
 #include "common.cuh"
 #include "mma.cuh"
 #include "gemm_epilogue.cuh"
 
 #ifndef GW_WG
-#define GW_WG 2      // warpgroups per block (block rows = 64 per warpgroup)
+#define GW_WG 2  // consumer warpgroups: block rows = 64 * GW_WG
 #endif
 #ifndef GW_BN
-#define GW_BN 128    // block columns: 64 or 128 (the wgmma's N)
+#define GW_BN 128  // block columns: 64 or 128 (the wgmma's N)
+#endif
+#ifndef GW_STAGES
+#define GW_STAGES 4  // ring slots
 #endif
 #define GW_BM (64 * GW_WG)
-#define GW_BK 32
-#define GW_THREADS (128 * GW_WG)
-#define GW_PLANE_FLOATS ((GW_BM + GW_BN) * GW_BK)  // one plane: A's GW_BM rows, then B's GW_BN rows
-#define GW_SMEM_BYTES(planes) (2 * (planes) * GW_PLANE_FLOATS * 4 + 1024)  // + room to align to 1024
+#define GW_BK 32                          // k tile: one 128-byte row of floats
+#define GW_THREADS (128 * (GW_WG + 1))    // consumers, then the producer warpgroup
+#define GW_ROW 128                        // bytes per tile row
+#define GW_STAGE_BYTES(planes) ((GW_BM + (planes) * GW_BN) * GW_ROW)
+#define GW_LO_BYTES(planes) ((planes) == 2 ? GW_WG * 64 * GW_ROW : 0)  // A lo, per consumer
+#define GW_SMEM_BYTES(planes) \
+    (GW_STAGES * GW_STAGE_BYTES(planes) + GW_LO_BYTES(planes) + 16 * GW_STAGES + 1024)
 
 // ---------------------------------------------------------------------------------------------
-// wgmma and its ordering instructions (PTX ISA, "Asynchronous Warpgroup Level Matrix" instructions).
-// They exist only on the sm_90a target (__CUDA_ARCH_FEAT_SM90_ALL). Built for any other target (a
-// plain `nvcc -arch=sm_90` over kernels/*.cu), the file still compiles and its kernels trap; the
-// engine loads it only with -arch=sm_90a (kernel_source.ARCH_SPECIFIC) and only on sm_90 devices.
+// wgmma and the async proxy exist only on the sm_90a target (__CUDA_ARCH_FEAT_SM90_ALL).
+// Built for any other target (a plain `nvcc -arch=sm_90` over kernels/*.cu) the file still compiles
+// and its GEMM kernels trap; the engine loads it with -arch=sm_90a (kernel_source.ARCH_SPECIFIC).
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define GW_WGMMA_ASM(...) __trap()
+#define GW_ASM(...) __trap()
 #else
-#define GW_WGMMA_ASM(...) asm volatile(__VA_ARGS__)
+#define GW_ASM(...) asm volatile(__VA_ARGS__)
 #endif
 
-// Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"), k-major operand in the
-// 128-byte swizzle layout (type 1 in bits 62-63): each 8-row group is one 1024-byte atom of 128-byte
-// rows (GW_BK = 32 floats) whose 16-byte chunks are XOR-permuted by row % 8. Start address, SBO =
-// 1024 bytes between atoms (8-row groups) in bits 32-45, LBO unused for this layout (1), all >> 4.
-// The atoms must start on 1024-byte boundaries; a k8 step moves the start 32 bytes along the row
-// (the hardware applies the XOR to the address it forms).
+// Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format") of a k-major operand in
+// the 128-byte swizzle layout (type 1, bits 62-63): each 8-row group is one 1024-byte atom of
+// 128-byte rows whose 16-byte chunks are XOR-permuted by row % 8. Start address, LBO (unused by
+// this layout: 1), SBO = 1024 bytes between 8-row groups, all >> 4. Atoms start on 1024-byte
+// boundaries; a k8 step moves the start 32 bytes along the row (the hardware applies the XOR).
 __device__ __forceinline__ unsigned long long wgmma_desc(unsigned smem_addr) {
-    constexpr unsigned long long LBO = 16, SBO = 8 * GW_BK * 4;
+    constexpr unsigned long long LBO = 16, SBO = 8 * GW_ROW;
     return (unsigned long long)((smem_addr & 0x3FFFF) >> 4) | ((LBO >> 4) << 16) | ((SBO >> 4) << 32) |
            (1ull << 62);
 }
 #define GW_K8_STEP 32u  // bytes: 8 tf32 along a row
 
-__device__ __forceinline__ void wgmma_fence() { GW_WGMMA_ASM("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { GW_WGMMA_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { GW_WGMMA_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Byte offset of 16-byte chunk `ch` (0..7) of tile row r in the swizzled layout.
+__device__ __forceinline__ unsigned gw_chunk_offset(int r, int ch) {
+    return (unsigned)(r * GW_ROW + ((ch ^ (r & 7)) << 4));
+}
 
-// Ordinary shared-memory stores become visible to the async proxy (wgmma's operand reads) only
-// through this fence, executed by each writing thread before the barrier.
+__device__ __forceinline__ void wgmma_fence() { GW_ASM("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { GW_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { GW_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+
+// Generic-proxy shared-memory writes (the split's stores, cp.async's copies) made visible to the
+// async proxy (wgmma's operand reads); each consumer thread runs it before its warpgroup's barrier.
 __device__ __forceinline__ void fence_proxy_async_smem() {
-    GW_WGMMA_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
+    GW_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 // Keeps the compiler from moving reads or writes of accumulator registers across the
@@ -92,7 +103,7 @@ __device__ __forceinline__ void wgmma_pin(float (&d)[N]) {
 // d[32] (+)= A[64 x 8] * B[8 x 64] from the descriptors' shared-memory tiles; scale_d 0 ignores d.
 __device__ __forceinline__ void wgmma_tf32_m64n64k8(float (&d)[32], unsigned long long a_desc,
                                                    unsigned long long b_desc, int scale_d) {
-    GW_WGMMA_ASM(
+    GW_ASM(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19,\n"
@@ -110,7 +121,7 @@ __device__ __forceinline__ void wgmma_tf32_m64n64k8(float (&d)[32], unsigned lon
 // d[64] (+)= A[64 x 8] * B[8 x 128] from the descriptors' shared-memory tiles; scale_d 0 ignores d.
 __device__ __forceinline__ void wgmma_tf32_m64n128k8(float (&d)[64], unsigned long long a_desc,
                                                    unsigned long long b_desc, int scale_d) {
-    GW_WGMMA_ASM(
+    GW_ASM(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19,\n"
@@ -144,184 +155,156 @@ __device__ __forceinline__ void wgmma_tf32<128>(float (&d)[64], unsigned long lo
 }
 
 // ---------------------------------------------------------------------------------------------
-// Global loads (zeros outside the matrix) and the split.
+// mbarrier (PTX ISA, "Parallel Synchronization and Communication Instructions: mbarrier").
 
-// 16 bytes of row-major G [nrows, K] at (row, k): A, B [N, K] (nt) and B [K, N] alike; vec: K % 4 == 0
-// and G 16-byte aligned.
-__device__ __forceinline__ float4 gw_load4(const float* G, int row, int nrows, int k, int K, bool vec) {
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (row >= nrows) return v;
-    const float* p = G + (long long)row * K + k;
-    if (vec) {
-        if (k < K) v = *reinterpret_cast<const float4*>(p);
-    } else {
-        if (k < K) v.x = p[0];
-        if (k + 1 < K) v.y = p[1];
-        if (k + 2 < K) v.z = p[2];
-        if (k + 3 < K) v.w = p[3];
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    GW_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Returns once the barrier's phase with this parity (0 for its first) has completed.
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done) {
+        GW_ASM("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(done) : "r"(bar), "r"(parity) : "memory");
     }
-    return v;
 }
-
-// Plane offset (floats) of element (r, k) of a tile: atom r / 8, row r % 8 (128 bytes), 16-byte chunk
-// (k / 4) XOR (r % 8), word k % 4.
-__device__ __forceinline__ int gw_core_offset(int r, int k) {
-    return (r >> 3) * (8 * GW_BK) + (r & 7) * GW_BK + ((((k >> 2) ^ r) & 7) << 2) + (k & 3);
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    GW_ASM("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-
-template <int PASSES>
-__device__ __forceinline__ void gw_put(float* hi_plane, int off, float x) {
-    unsigned* p = reinterpret_cast<unsigned*>(hi_plane) + off;
-    const unsigned h = tf32_rna_bits(x);
-    p[0] = h;
-    if (PASSES == 3) p[GW_PLANE_FLOATS] = tf32_rna_bits(x - __uint_as_float(h));
+// One arrival on `bar` once all of this thread's earlier cp.async copies have landed (counted in
+// the barrier's expected arrivals: .noinc).
+__device__ __forceinline__ void mbar_arrive_cp_async(unsigned bar) {
+    GW_ASM("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-
-template <int PASSES>
-__device__ __forceinline__ void gw_put4(float* hi_plane, int off, float4 v) {  // off: 16-byte aligned
-    const uint4 h = make_uint4(tf32_rna_bits(v.x), tf32_rna_bits(v.y), tf32_rna_bits(v.z), tf32_rna_bits(v.w));
-    *reinterpret_cast<uint4*>(hi_plane + off) = h;
-    if (PASSES == 3)
-        *reinterpret_cast<uint4*>(hi_plane + GW_PLANE_FLOATS + off) =
-            make_uint4(tf32_rna_bits(v.x - __uint_as_float(h.x)), tf32_rna_bits(v.y - __uint_as_float(h.y)),
-                       tf32_rna_bits(v.z - __uint_as_float(h.z)), tf32_rna_bits(v.w - __uint_as_float(h.w)));
+__device__ __forceinline__ void cp_async16_u32(unsigned dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 
 // ---------------------------------------------------------------------------------------------
 
-template <int PASSES, int EPI, bool NT>
-__device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const float* __restrict__ B,
+template <int PASSES, int EPI>
+__device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const float* __restrict__ P,
                                              const float* __restrict__ bias, const float* R, float* C, int M,
                                              int N, int K) {
     constexpr int PLANES = PASSES == 3 ? 2 : 1;
-    constexpr int NACC = GW_BN / 2;                       // accumulators per thread (m64 x GW_BN / 128)
-    constexpr int A4 = GW_BM * (GW_BK / 4) / GW_THREADS;  // A float4s per thread per k tile (4)
-    constexpr int B4 = GW_BN * (GW_BK / 4) / GW_THREADS;  // B float4s per thread per k tile
+    constexpr int NACC = GW_BN / 2;  // accumulators per thread (m64 x GW_BN / 128)
+    constexpr unsigned STAGE = GW_STAGE_BYTES(PLANES), A_BYTES = GW_BM * GW_ROW, B_BYTES = GW_BN * GW_ROW;
     static_assert(GW_BN == 64 || GW_BN == 128, "GW_BN must be 64 or 128");
-    static_assert(A4 * GW_THREADS == GW_BM * (GW_BK / 4), "A tile must divide among threads");
+    static_assert(GW_WG == 1 || GW_WG == 2, "GW_WG must be 1 or 2");
 
     extern __shared__ float4 gw_smem4[];
-    // [2 buffers][PLANES][GW_BM + GW_BN rows x GW_BK], from the first 1024-byte boundary (swizzle atoms)
-    float* smem = reinterpret_cast<float*>(gw_smem4) + ((1024u - (smem_u32(gw_smem4) & 1023u)) & 1023u) / 4;
+    const unsigned raw = smem_u32(gw_smem4);
+    const unsigned ring = raw + ((1024u - (raw & 1023u)) & 1023u);  // stages, from a 1024-byte boundary
+    const unsigned lo_ring = ring + GW_STAGES * STAGE;                // [GW_WG][64 rows] A lo (tf32x3)
+    const unsigned bars = lo_ring + GW_LO_BYTES(PLANES);              // full[GW_STAGES], empty[GW_STAGES]
+    auto full = [&](int s) { return bars + 8u * s; };
+    auto empty = [&](int s) { return bars + 8u * (GW_STAGES + s); };
 
-    const int m0 = blockIdx.x * GW_BM, n0 = blockIdx.y * GW_BN;
     const int tid = threadIdx.x, wg = tid >> 7;
-    const bool a_vec = (K & 3) == 0 && gemm_aligned(A, 16);
-    const bool b_vec = NT ? ((K & 3) == 0 && gemm_aligned(B, 16)) : ((N & 3) == 0 && gemm_aligned(B, 16));
+    const int m0 = blockIdx.x * GW_BM, n0 = blockIdx.y * GW_BN;
     const int KT = (K + GW_BK - 1) / GW_BK;
 
-    // Thread -> chunk maps. k-contiguous tiles: 8 consecutive threads take rows r..r+7 of one 16-byte
-    // k chunk: their 16-byte stores (chunk XOR row % 8) hit 8 different bank groups, and a warp reads
-    // 64 contiguous bytes of each of 8 rows. B [K, N] (16 bytes = 4 columns n4*4.. of row k): a warp
-    // reads 128 contiguous bytes of 4 rows; a transposing 4-byte store lands in bank
-    // ((k / 4) XOR (n % 8)) * 4 + k % 4, and for all 32 lanes to differ, lane pairs with
-    // rot = (n4 / 2) % 4 store their 4 values in the order rot, rot + 1, ... (mod 4).
-    struct Regs {  // one k tile's share of this thread, as loaded
-        float4 a[A4], b[B4];
-    };
-    Regs r0, r1;  // tile j is in flight in r(j % 2): loads run a whole iteration ahead of their use
-    auto kmajor_row = [](int c) { return (c >> 6) * 8 + (c & 7); };
-    auto kmajor_k = [](int c) { return ((c >> 3) & 7) * 4; };
-    auto nn_n4 = [](int c) { return (c >> 2) % (GW_BN / 4); };   // 4-column chunk
-    auto nn_k = [](int c) { return (c / GW_BN) * 4 + (c & 3); };  // row of B within the tile
-
-    auto load_tile = [&](Regs& r, int kt) {
-        const int k0 = kt * GW_BK;
-#pragma unroll
-        for (int i = 0; i < A4; ++i) {
-            const int c = tid + i * GW_THREADS;
-            r.a[i] = gw_load4(A, m0 + kmajor_row(c), M, k0 + kmajor_k(c), K, a_vec);
+    if (tid == 0) {
+        for (int s = 0; s < GW_STAGES; ++s) {
+            mbar_init(full(s), 128);   // every producer thread's copies
+            mbar_init(empty(s), GW_WG);  // one arrival per consumer warpgroup
         }
+    }
+    __syncthreads();
+
+    if (wg == GW_WG) {
+        // ---- producer warpgroup ----
+        const int pt = tid - 128 * GW_WG;
+        for (int kt = 0; kt < KT; ++kt) {
+            const int s = kt % GW_STAGES;
+            if (kt >= GW_STAGES) mbar_wait(empty(s), ((kt / GW_STAGES) + 1) & 1);
+            const unsigned st = ring + s * STAGE;
+            const int k0 = kt * GW_BK;
 #pragma unroll
-        for (int i = 0; i < B4; ++i) {
-            const int c = tid + i * GW_THREADS;
-            if (NT) {
-                r.b[i] = gw_load4(B, n0 + kmajor_row(c), N, k0 + kmajor_k(c), K, b_vec);
-            } else {
-                r.b[i] = gw_load4(B, k0 + nn_k(c), K, n0 + nn_n4(c) * 4, N, b_vec);  // B [K, N]: row k, column n
+            for (int i = 0; i < GW_BM * 8 / 128; ++i) {  // A rows m0.., 8 chunks each
+                const int c = pt + 128 * i, r = c >> 3, ch = c & 7, k = k0 + 4 * ch;
+                const bool ok = m0 + r < M && k < K;
+                cp_async16_u32(st + gw_chunk_offset(r, ch), ok ? A + (long long)(m0 + r) * K + k : A, ok ? 16 : 0);
             }
-        }
-    };
-    auto store_tile = [&](const Regs& r, int buf) {
-        float* a_plane = smem + buf * (PLANES * GW_PLANE_FLOATS);
-        float* b_plane = a_plane + GW_BM * GW_BK;
 #pragma unroll
-        for (int i = 0; i < A4; ++i) {
-            const int c = tid + i * GW_THREADS;
-            gw_put4<PASSES>(a_plane, gw_core_offset(kmajor_row(c), kmajor_k(c)), r.a[i]);
-        }
-#pragma unroll
-        for (int i = 0; i < B4; ++i) {
-            const int c = tid + i * GW_THREADS;
-            if (NT) {
-                gw_put4<PASSES>(b_plane, gw_core_offset(kmajor_row(c), kmajor_k(c)), r.b[i]);
-            } else {
-                const int k = nn_k(c), n4 = nn_n4(c), rot = (n4 >> 1) & 3;
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int j = (e + rot) & 3;
-                    const float x = j == 0 ? r.b[i].x : j == 1 ? r.b[i].y : j == 2 ? r.b[i].z : r.b[i].w;
-                    gw_put<PASSES>(b_plane, gw_core_offset(n4 * 4 + j, k), x);
-                }
+            for (int i = 0; i < GW_BN * 8 / 128; ++i) {  // planes' rows n0..
+                const int c = pt + 128 * i, r = c >> 3, ch = c & 7, k = k0 + 4 * ch;
+                const bool ok = n0 + r < N && k < K;
+                const float* src = ok ? P + (long long)(n0 + r) * K + k : P;
+                cp_async16_u32(st + A_BYTES + gw_chunk_offset(r, ch), src, ok ? 16 : 0);
+                if (PLANES == 2)
+                    cp_async16_u32(st + A_BYTES + B_BYTES + gw_chunk_offset(r, ch), ok ? src + (long long)N * K : P,
+                                   ok ? 16 : 0);
             }
+            mbar_arrive_cp_async(full(s));
         }
-        fence_proxy_async_smem();
-    };
+        cp_async_wait<0>();
+        return;
+    }
 
-    const unsigned smem0 = smem_u32(smem);
-    constexpr unsigned LO = 4u * GW_PLANE_FLOATS;            // hi plane -> lo plane (bytes)
-    constexpr unsigned BUF = 4u * PLANES * GW_PLANE_FLOATS;  // buffer 0 -> buffer 1
-    const unsigned a_base = smem0 + 4u * (wg * 64 * GW_BK);  // this warpgroup's 64 rows of A
-    const unsigned b_base = smem0 + 4u * (GW_BM * GW_BK);
-
+    // ---- consumer warpgroup wg: rows m0 + 64 wg .. + 63 ----
+    const int ct = tid & 127;
     float acc[NACC];
     float part[PASSES == 3 ? NACC : 1];
 #pragma unroll
     for (int i = 0; i < NACC; ++i) acc[i] = 0.0f;
 
-    // Iteration kt: wgmmas on tile kt (buffer kt % 2); meanwhile tile kt + 1, loaded during the
-    // previous iteration, is split into the other buffer, and tile kt + 2 is loaded.
-    constexpr bool PIPELINED = PASSES == 1;  // acc is the only wgmma target: no drain per tile
-    auto iteration = [&](int kt, const Regs& next, Regs& after) {
-        const unsigned buf = (kt & 1) ? BUF : 0u;
-        wgmma_fence();
-        if constexpr (!PIPELINED) {
-            wgmma_pin(part);
+    for (int kt = 0; kt < KT; ++kt) {
+        const int s = kt % GW_STAGES;
+        mbar_wait(full(s), (kt / GW_STAGES) & 1);
+        const unsigned a_hi = ring + s * STAGE + wg * 64 * GW_ROW;  // this warpgroup's 64 rows
+        const unsigned b_hi = ring + s * STAGE + A_BYTES, b_lo = b_hi + B_BYTES;
+        const unsigned a_lo = lo_ring + wg * 64 * GW_ROW;
+        {
+            // round (tf32) or split (tf32x3) in place: 64 rows x 128 bytes = 512 chunks, 4 per thread
+            // (elementwise, so the swizzled positions need no unswizzling)
 #pragma unroll
-            for (int s = 0; s < GW_BK / 8; ++s) {  // k8 step s
-                const unsigned ka = a_base + buf + GW_K8_STEP * s, kb = b_base + buf + GW_K8_STEP * s;
-                wgmma_tf32<GW_BN>(part, wgmma_desc(ka + LO), wgmma_desc(kb), s == 0 ? 0 : 1);  // lo * hi'
-                wgmma_tf32<GW_BN>(part, wgmma_desc(ka), wgmma_desc(kb + LO), 1);               // hi * lo'
-                wgmma_tf32<GW_BN>(part, wgmma_desc(ka), wgmma_desc(kb), 1);                    // hi * hi'
-            }
-        } else {
-            wgmma_pin(acc);
-#pragma unroll
-            for (int s = 0; s < GW_BK / 8; ++s) {
-                const unsigned ka = a_base + buf + GW_K8_STEP * s, kb = b_base + buf + GW_K8_STEP * s;
-                wgmma_tf32<GW_BN>(acc, wgmma_desc(ka), wgmma_desc(kb), 1);
+            for (int j = 0; j < 4; ++j) {
+                const unsigned off = (ct + 128 * j) * 16;
+                float4 v;
+                asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                             : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a_hi + off));
+                const uint4 h = make_uint4(tf32_rna_bits(v.x), tf32_rna_bits(v.y), tf32_rna_bits(v.z),
+                                           tf32_rna_bits(v.w));
+                asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a_hi + off), "r"(h.x), "r"(h.y),
+                             "r"(h.z), "r"(h.w) : "memory");
+                if (PASSES == 1) continue;
+                const uint4 l = make_uint4(
+                    tf32_rna_bits(v.x - __uint_as_float(h.x)), tf32_rna_bits(v.y - __uint_as_float(h.y)),
+                    tf32_rna_bits(v.z - __uint_as_float(h.z)), tf32_rna_bits(v.w - __uint_as_float(h.w)));
+                asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a_lo + off), "r"(l.x), "r"(l.y),
+                             "r"(l.z), "r"(l.w) : "memory");
             }
         }
-        wgmma_commit();
-        if constexpr (PIPELINED) wgmma_wait<1>();  // tile kt - 1's wgmmas are done: its buffer is free
-        else wgmma_wait<0>();
-        if (kt + 1 < KT) store_tile(next, (kt + 1) & 1);
-        if (kt + 2 < KT) load_tile(after, kt + 2);
-        if constexpr (!PIPELINED) {
+        fence_proxy_async_smem();
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // this warpgroup's split is done
+        wgmma_fence();
+        if constexpr (PASSES == 3) {
+            wgmma_pin(part);
+#pragma unroll
+            for (int k8 = 0; k8 < GW_BK / 8; ++k8) {
+                const unsigned o = GW_K8_STEP * k8;
+                wgmma_tf32<GW_BN>(part, wgmma_desc(a_lo + o), wgmma_desc(b_hi + o), k8 == 0 ? 0 : 1);  // lo * hi'
+                wgmma_tf32<GW_BN>(part, wgmma_desc(a_hi + o), wgmma_desc(b_lo + o), 1);                // hi * lo'
+                wgmma_tf32<GW_BN>(part, wgmma_desc(a_hi + o), wgmma_desc(b_hi + o), 1);                // hi * hi'
+            }
+            wgmma_commit();
+            wgmma_wait<0>();  // the tile's products are in part; its slot and the lo buffer are free
+            if (ct == 0) mbar_arrive(empty(s));
             wgmma_pin(part);
 #pragma unroll
             for (int i = 0; i < NACC; ++i) acc[i] += part[i];
+        } else {
+            wgmma_pin(acc);
+#pragma unroll
+            for (int k8 = 0; k8 < GW_BK / 8; ++k8) {
+                const unsigned o = GW_K8_STEP * k8;
+                wgmma_tf32<GW_BN>(acc, wgmma_desc(a_hi + o), wgmma_desc(b_hi + o), 1);
+            }
+            wgmma_commit();
+            wgmma_wait<1>();  // tile kt - 1's wgmmas are done: its slot is free
+            if (kt > 0 && ct == 0) mbar_arrive(empty((kt - 1) % GW_STAGES));
         }
-        __syncthreads();
-    };
-
-    load_tile(r0, 0);
-    store_tile(r0, 0);
-    if (KT > 1) load_tile(r1, 1);
-    __syncthreads();
-    for (int kt = 0; kt < KT; kt += 2) {
-        iteration(kt, r1, r0);
-        if (kt + 1 < KT) iteration(kt + 1, r0, r1);
     }
     wgmma_wait<0>();
     wgmma_pin(acc);
@@ -343,23 +326,59 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
 }
 
 // ---------------------------------------------------------------------------------------------
-// The exported kernels: gemm_wg_<variant>_<epilogue>.
+// The exported kernels: gemm_wg_<variant>_<epilogue>; B is the planes P [PLANES, N, K].
 
-#define GW_KERNEL(name, passes, epi, nt)                                                           \
-    extern "C" __global__ void __launch_bounds__(GW_THREADS) name(GEMM_PARAMS) {                   \
-        gemm_wg_body<passes, epi, nt>(A, B, bias, R, C, M, N, K);                                  \
+#define GW_KERNEL(name, passes, epi)                                                               \
+    extern "C" __global__ void __launch_bounds__(GW_THREADS, 1) name(GEMM_PARAMS) {                \
+        gemm_wg_body<passes, epi>(A, B, bias, R, C, M, N, K);                                      \
     }
 
 #if GEMM_WITH_TF32X3
-GW_KERNEL(gemm_wg_tf32x3_bias, 3, GEMM_EPI_BIAS, false)
-GW_KERNEL(gemm_wg_tf32x3_bias_gelu, 3, GEMM_EPI_GELU, false)
-GW_KERNEL(gemm_wg_tf32x3_bias_residual, 3, GEMM_EPI_RESIDUAL, false)
-GW_KERNEL(gemm_wg_tf32x3_nt, 3, GEMM_EPI_NONE, true)
+GW_KERNEL(gemm_wg_tf32x3_bias, 3, GEMM_EPI_BIAS)
+GW_KERNEL(gemm_wg_tf32x3_bias_gelu, 3, GEMM_EPI_GELU)
+GW_KERNEL(gemm_wg_tf32x3_bias_residual, 3, GEMM_EPI_RESIDUAL)
+GW_KERNEL(gemm_wg_tf32x3_nt, 3, GEMM_EPI_NONE)
 #endif
 
 #if GEMM_WITH_TF32
-GW_KERNEL(gemm_wg_tf32_bias, 1, GEMM_EPI_BIAS, false)
-GW_KERNEL(gemm_wg_tf32_bias_gelu, 1, GEMM_EPI_GELU, false)
-GW_KERNEL(gemm_wg_tf32_bias_residual, 1, GEMM_EPI_RESIDUAL, false)
-GW_KERNEL(gemm_wg_tf32_nt, 1, GEMM_EPI_NONE, true)
+GW_KERNEL(gemm_wg_tf32_bias, 1, GEMM_EPI_BIAS)
+GW_KERNEL(gemm_wg_tf32_bias_gelu, 1, GEMM_EPI_GELU)
+GW_KERNEL(gemm_wg_tf32_bias_residual, 1, GEMM_EPI_RESIDUAL)
+GW_KERNEL(gemm_wg_tf32_nt, 1, GEMM_EPI_NONE)
 #endif
+
+// ---------------------------------------------------------------------------------------------
+// The planes: P[0] = tf32 hi of W^T, P[1] = tf32 lo (planes == 2), [planes, N, K], from
+//   gemm_wg_split_planes_kn: W [K, N] (a block matrix as the checkpoint stores it), transposed here;
+//   gemm_wg_split_planes_nk: W^T [N, K] already (wte for the LM head).
+// Launch: block (32, 8), grid (ceil(N / 32), ceil(K / 32)); any N, K (the GEMM needs K % 4 == 0).
+
+__device__ __forceinline__ void gw_split_store(float* P, long long plane, long long idx, float x, int planes) {
+    const unsigned h = tf32_rna_bits(x);
+    P[idx] = __uint_as_float(h);
+    if (planes == 2) P[plane + idx] = __uint_as_float(tf32_rna_bits(x - __uint_as_float(h)));
+}
+
+extern "C" __global__ void __launch_bounds__(256) gemm_wg_split_planes_kn(
+    const float* __restrict__ W, float* __restrict__ P, int K, int N, int planes) {
+    __shared__ float tile[32][33];
+    const int n0 = blockIdx.x * 32, k0 = blockIdx.y * 32;
+    for (int i = threadIdx.y; i < 32; i += 8) {  // read rows k0 + i, columns n0 + threadIdx.x
+        const int k = k0 + i, n = n0 + threadIdx.x;
+        tile[i][threadIdx.x] = k < K && n < N ? W[(long long)k * N + n] : 0.0f;
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8) {  // write rows n0 + i, columns k0 + threadIdx.x
+        const int n = n0 + i, k = k0 + threadIdx.x;
+        if (n < N && k < K) gw_split_store(P, (long long)N * K, (long long)n * K + k, tile[threadIdx.x][i], planes);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) gemm_wg_split_planes_nk(
+    const float* __restrict__ W, float* __restrict__ P, int K, int N, int planes) {
+    const int n0 = blockIdx.x * 32, k0 = blockIdx.y * 32;
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        const int n = n0 + i, k = k0 + threadIdx.x;
+        if (n < N && k < K) gw_split_store(P, (long long)N * K, (long long)n * K + k, W[(long long)n * K + k], planes);
+    }
+}

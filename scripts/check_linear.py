@@ -116,8 +116,9 @@ def judge(name: str, ours: torch.Tensor, ref64: torch.Tensor, peer32: torch.Tens
 
 
 def gemm_case(variant: str, m: int, k: int, n: int, epilogue: str = "bias", nt: bool = False,
-              offset: int = 0, inplace: bool = False, seed: int = 0) -> Result:
-    """Run gemm / gemm_nt once on fresh data and judge it."""
+              offset: int = 0, inplace: bool = False, seed: int = 0, planes: bool = False) -> Result:
+    """Run gemm / gemm_nt once on fresh data and judge it; planes: the wgmma GEMM (gemm_planes)
+    on weight planes made here by prepare_planes."""
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((m, k), dtype=np.float32)
     b = (rng.standard_normal((n, k) if nt else (k, n), dtype=np.float32) * 0.02).astype(np.float32)
@@ -130,7 +131,10 @@ def gemm_case(variant: str, m: int, k: int, n: int, epilogue: str = "bias", nt: 
         out_d = r_d
     else:
         out_d = _upload(np.full((m, n), np.nan, dtype=np.float32), offset)
-    if nt:
+    if planes:
+        p = L.prepare_planes(b_d, variant, transposed=nt)
+        L.gemm_planes(a_d, p, None if nt else bias_d, out_d, epilogue=None if nt else epilogue, residual=r_d)
+    elif nt:
         L.gemm_nt(a_d, b_d, out_d, variant=variant)
     else:
         L.gemm(a_d, b_d, bias_d, out_d, epilogue=epilogue, residual=r_d, variant=variant)
@@ -143,7 +147,7 @@ def gemm_case(variant: str, m: int, k: int, n: int, epilogue: str = "bias", nt: 
     peer = torch_linear(t["a"], t["b"], t["bias"], epilogue, t["r"], nt)
     mode = "tf32" if variant == "tf32" else "fp32"
     what = "nt" if nt else epilogue
-    extra = (f" off{offset}" if offset else "") + (" inplace" if inplace else "")
+    extra = (f" off{offset}" if offset else "") + (" inplace" if inplace else "") + (" planes" if planes else "")
     return judge(f"gemm {variant:6s} {what:13s} M={m} K={k} N={n}{extra}", ours, ref64, peer, mode)
 
 
@@ -267,6 +271,8 @@ def gemm_cases(quick: bool = False) -> list[dict]:
             for d in ((768,) if quick else (768, 1600)):
                 cases.append(dict(variant=variant, m=m, k=d, n=VOCAB, nt=True))
         cases.append(dict(variant=variant, m=37, k=30, n=101, nt=True))
+    if L.wgmma_available():  # the same products on the wgmma GEMM (K % 4 == 0, aligned operands)
+        cases += [dict(c, planes=True) for c in cases if c["k"] % 4 == 0 and not c.get("offset")]
     return cases
 
 
@@ -431,7 +437,7 @@ def main() -> int:
         res = gemm_case(seed=i, **c)
         print(res.line(), flush=True)
         failures += not res.ok
-        key = f"gemm {c['variant']}"
+        key = f"gemm {c['variant']}" + (" planes" if c.get("planes") else "")
         ratio = res.err / res.limit if res.limit > 0 else float("inf")
         worst[key] = max(worst.get(key, 0.0), ratio)
     for i, c in enumerate(gemv_cases(args.quick)):

@@ -1,16 +1,18 @@
-"""Check and time kernels/gemm_wgmma.cu (wgmma, sm_90a) against gemm.cu's mma.sync kernels and torch.
+"""Check and time kernels/gemm_wgmma.cu (wgmma on prepared weight planes, sm_90a) against gemm.cu's
+mma.sync kernels and torch.
 
-    python scripts/check_wgmma.py
+    python scripts/check_wgmma.py [--shapes qkv,proj,...] [--m 1024]
 
-Accuracy: fresh random data per case (a ~ N(0,1), b and bias ~ N(0, 0.02)), outputs poisoned with
-NaN, max |error| / max |ref| against torch float64; tf32x3 is judged against torch fp32's error
-(ratio), tf32 against 1e-3. Speed: CUDA events, median of 20 bursts of 5 launches, in TFLOP/s, at
-the gpt2 block's shapes (M = 1024), the LM head (N = 50257) and M = 4096, next to gemm.cu's best
-tile and torch fp32 / TF32. Exits 1 when a case's tf32x3 error exceeds 2x torch's + 1 ulp.
+Accuracy: fresh random data per case (a ~ N(0,1), W and bias ~ N(0, 0.02), the residual N(0,1)),
+outputs poisoned with NaN, max |error| / max |ref| against torch float64; tf32x3 is judged against
+torch fp32's error (at most 2x + 1 ulp), tf32 against 1e-3. Speed: CUDA events, median of 20
+bursts of 5 launches, in TFLOP/s, every wgmma tile next to gemm.cu's best tile and torch fp32 /
+TF32; and the time of prepare_planes (the per-call cost of solve()). Exits 1 when a case fails.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -22,25 +24,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpt2block.backends import cuda_linear as L  # noqa: E402
-from gpt2block.backends.cuda_modules import kernel, launch  # noqa: E402
 
-CONFIGS = ((2, 128), (1, 64))  # (GW_WG, GW_BN)
-SHAPES = [("qkv", 1024, 768, 2304, "bias"), ("proj", 1024, 768, 768, "bias_residual"),
-          ("fc", 1024, 768, 3072, "bias_gelu"), ("mlp", 1024, 3072, 768, "bias_residual"),
-          ("lm head", 1024, 768, 50257, "nt"), ("fc 4096", 4096, 768, 3072, "bias")]
+SHAPES = {"qkv": (768, 2304, "bias"), "proj": (768, 768, "bias_residual"), "fc": (768, 3072, "bias_gelu"),
+          "mlp": (3072, 768, "bias_residual"), "lm_head": (768, 50257, "nt"), "xl_fc": (1600, 6400, "bias_gelu"),
+          "odd": (100, 333, "bias_residual")}
 EPS32 = float(np.finfo(np.float32).eps)
 rng = np.random.default_rng()
-
-
-def wg_call(variant, suffix, wg, bn, a, b, bias, res, out):
-    m, k = a.shape
-    n = b.shape[0] if suffix == "nt" else b.shape[1]
-    fn = kernel("gemm_wgmma", f"gemm_wg_{variant}_{suffix}",
-                (("GW_WG", wg), ("GW_BN", bn)) + L._VARIANT_DEFINES[variant])
-    smem = L.wgmma_smem_bytes(variant, wg, bn)
-    args = (a, b, bias if bias is not None else np.uint64(0), res if res is not None else np.uint64(0), out,
-            np.int32(m), np.int32(n), np.int32(k))
-    return lambda: launch(fn, (-(-m // (64 * wg)), -(-n // bn), 1), (128 * wg, 1, 1), args, smem)
 
 
 def median_ms(f, reps=20, burst=5):
@@ -58,17 +47,9 @@ def median_ms(f, reps=20, burst=5):
     return statistics.median(ts)
 
 
-def data(m, k, n, suffix):
-    a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
-    b = cp.asarray((rng.standard_normal((n, k) if suffix == "nt" else (k, n)) * 0.02).astype(np.float32))
-    bias = None if suffix == "nt" else cp.asarray((rng.standard_normal(n) * 0.02).astype(np.float32))
-    res = cp.asarray(rng.standard_normal((m, n), dtype=np.float32)) if suffix == "bias_residual" else None
-    return a, b, bias, res
-
-
-def torch_out(a, b, bias, res, suffix, dtype):
-    ta, tb = (torch.as_tensor(x, device="cuda").to(dtype) for x in (a, b))
-    r = ta @ (tb.T if suffix == "nt" else tb)
+def torch_out(a, w, bias, res, suffix, dtype):
+    ta, tw = (torch.as_tensor(x, device="cuda").to(dtype) for x in (a, w))
+    r = ta @ (tw.T if suffix == "nt" else tw)
     if bias is not None:
         r = r + torch.as_tensor(bias, device="cuda").to(dtype)
     if suffix == "bias_gelu":
@@ -79,45 +60,59 @@ def torch_out(a, b, bias, res, suffix, dtype):
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--m", default="1024")
+    args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
-    if cp.cuda.Device().compute_capability != "90":
-        print("gemm_wgmma.cu needs an sm_90 GPU (H100 / H200); nothing to check here")
+    if not L.wgmma_available():
+        print("gemm_wgmma.cu needs a compute capability 9.0 GPU (H100 / H200); nothing to check here")
         return 0
     failed = 0
-    print(f"{'shape':8s} {'variant':7s} {'kernel':12s} {'TFLOP/s':>8s} {'err/max':>9s} {'/torch':>7s}")
-    for label, m, k, n, suffix in SHAPES:
-        a, b, bias, res = data(m, k, n, suffix)
-        ref = torch_out(a, b, bias, res, suffix, torch.float64)
-        scale = ref.abs().max().item()
-        t_err = (torch_out(a, b, bias, res, suffix, torch.float32) - ref).abs().max().item() / scale
-        flops = 2 * m * n * k
-        ta, tb = torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda")
-        tbm = tb.T if suffix == "nt" else tb
-        print(f"{label:8s} {'fp32':7s} {'torch':12s} {flops / median_ms(lambda: ta @ tbm) / 1e9:8.1f} {t_err:9.2e}")
-        torch.backends.cuda.matmul.allow_tf32 = True
-        print(f"{label:8s} {'tf32':7s} {'torch':12s} {flops / median_ms(lambda: ta @ tbm) / 1e9:8.1f}")
-        torch.backends.cuda.matmul.allow_tf32 = False
-        for variant in ("tf32x3", "tf32"):
-            out = cp.empty((m, n), dtype=np.float32)
-
-            def mma(t, variant=variant, out=out):
+    print(f"{'shape':14s} {'variant':7s} {'kernel':14s} {'TFLOP/s':>8s} {'err/max':>9s} {'/torch':>7s}")
+    for m in map(int, args.m.split(",")):
+        for label in args.shapes.split(","):
+            k, n, suffix = SHAPES[label]
+            name = f"{label} {m}"
+            a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
+            w = cp.asarray((rng.standard_normal((n, k) if suffix == "nt" else (k, n)) * 0.02).astype(np.float32))
+            bias = None if suffix == "nt" else cp.asarray((rng.standard_normal(n) * 0.02).astype(np.float32))
+            res = cp.asarray(rng.standard_normal((m, n), dtype=np.float32)) if suffix == "bias_residual" else None
+            ref = torch_out(a, w, bias, res, suffix, torch.float64)
+            scale = ref.abs().max().item()
+            t_err = (torch_out(a, w, bias, res, suffix, torch.float32) - ref).abs().max().item() / scale
+            flops = 2 * m * n * k
+            ta, tw = torch.as_tensor(a, device="cuda"), torch.as_tensor(w, device="cuda")
+            twm = tw.T if suffix == "nt" else tw
+            print(f"{name:14s} {'fp32':7s} {'torch':14s} {flops / median_ms(lambda: ta @ twm) / 1e9:8.1f} {t_err:9.2e}")
+            torch.backends.cuda.matmul.allow_tf32 = True
+            print(f"{name:14s} {'tf32':7s} {'torch':14s} {flops / median_ms(lambda: ta @ twm) / 1e9:8.1f}")
+            torch.backends.cuda.matmul.allow_tf32 = False
+            for variant in L.VARIANTS:
+                out = cp.empty((m, n), dtype=np.float32)
                 if suffix == "nt":
-                    return lambda: L.gemm_nt(a, b, out, variant=variant, tile=t)
-                return lambda: L.gemm(a, b, bias, out, epilogue=suffix, residual=res, variant=variant, tile=t)
-
-            best = min(median_ms(mma(t)) for t in L.TILES)
-            print(f"{label:8s} {variant:7s} {'mma.sync':12s} {flops / best / 1e9:8.1f}")
-            for wg, bn in CONFIGS:
-                out.fill(np.nan)
-                f = wg_call(variant, suffix, wg, bn, a, b, bias, res, out)
-                f()
-                cp.cuda.Device().synchronize()
-                err = (torch.as_tensor(out, device="cuda").double() - ref).abs().max().item() / scale
-                ms = median_ms(f)
-                ok = np.isfinite(err) and (err <= 2 * t_err + EPS32 if variant == "tf32x3" else err <= 1e-3)
-                failed += not ok
-                print(f"{label:8s} {variant:7s} {f'wgmma {64 * wg}x{bn}':12s} {flops / ms / 1e9:8.1f} {err:9.2e} "
-                      f"{err / t_err:7.2f}{'' if ok else '  FAIL'}")
+                    mma = lambda t, variant=variant, out=out: L.gemm_nt(a, w, out, variant=variant, tile=t)  # noqa: E731
+                else:
+                    mma = lambda t, variant=variant, out=out: L.gemm(  # noqa: E731
+                        a, w, bias, out, epilogue=suffix, residual=res, variant=variant, tile=t)
+                best = min(median_ms(lambda t=t: mma(t)) for t in L.TILES)
+                print(f"{name:14s} {variant:7s} {'mma.sync':14s} {flops / best / 1e9:8.1f}")
+                p = L.prepare_planes(w, variant, transposed=suffix == "nt")
+                prep = median_ms(lambda: L.prepare_planes(w, variant, transposed=suffix == "nt"), reps=5, burst=2)
+                for tile in L.WG_TILES:
+                    out.fill(np.nan)
+                    f = lambda: L.gemm_planes(a, p, bias, out, epilogue=None if suffix == "nt" else suffix,  # noqa: E731
+                                              residual=res, tile=tile)
+                    f()
+                    cp.cuda.Device().synchronize()
+                    err = (torch.as_tensor(out, device="cuda").double() - ref).abs().max().item() / scale
+                    ms = median_ms(f)
+                    ok = np.isfinite(err) and (err <= 2 * t_err + EPS32 if variant == "tf32x3" else err <= 1e-3)
+                    failed += not ok
+                    picked = "*" if tile == L.pick_wg_tile(m, n) else " "
+                    print(f"{name:14s} {variant:7s} {f'wgmma {tile.bm}x{tile.bn}{picked}':14s} {flops / ms / 1e9:8.1f} "
+                          f"{err:9.2e} {err / t_err:7.2f}{'' if ok else '  FAIL'}")
+                print(f"{name:14s} {variant:7s} {'prepare_planes':14s} {prep * 1e3:7.1f} us")
     print(f"{failed} case(s) failed")
     return 1 if failed else 0
 

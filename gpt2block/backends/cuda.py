@@ -1,13 +1,15 @@
 """The CUDA backend: the model on the GPU through our kernels (kernels/*.cu via CuPy).
 
 Weights are uploaded once: the packed blocks in one device allocation
-[n_layer, block_numel], plus wte, wpe and ln_f, and for decode a transposed copy of each
-block matrix ([N, K]; bf16 in bf16 mode). A Runner owns a workspace sized once to n_ctx
+[n_layer, block_numel], plus wte, wpe and ln_f, for decode a transposed copy of each
+block matrix ([N, K]; bf16 in bf16 mode), and on compute capability 9.0 each matrix and wte as
+tf32 weight planes for the wgmma GEMM (cuda_linear.prepare_planes). A Runner owns a workspace sized once to n_ctx
 rows and reused by every call; a CudaCache owns the KV cache [batch, n_layer, 2, n_ctx, D].
 
 One block, the ten steps (the residual stream x is updated in place), prefill / solve:
     h = LN(x; g1, b1)                 layernorm_f32
-    qkv = h @ W_qkv + b_qkv           gemm (cuda_linear.linear: gemv for <= 8 rows)
+    qkv = h @ W_qkv + b_qkv           gemm (cuda_linear.linear: gemm_wgmma.cu on sm_90, else gemm.cu;
+                                      gemv for <= 8 rows)
     K, V -> cache                     kvcache_store_f32 (model); solve reads them from qkv
     a = attention(q, K, V)            attention_prefill_*
     x = x + a @ W_attn + b_attn       gemm epilogue bias_residual
@@ -64,14 +66,15 @@ class BlockWorkspace:
 
 
 def run_block(w, x, ws: BlockWorkspace, t: int, *, eps: float, gemm_variant: str, attend, after_qkv=None,
-              out=None) -> None:
+              out=None, planes=None) -> None:
     """One block on the first t rows of x [>=t, D]: the result goes to ``out`` (default: x, in place).
-    ``attend(qkv [t,3D], att [t,D])`` runs attention; ``after_qkv(qkv)`` (optional) stores K and V."""
+    ``attend(qkv [t,3D], att [t,D])`` runs attention; ``after_qkv(qkv)`` (optional) stores K and V.
+    ``planes``: the block's matrices prepared for the wgmma GEMM (prepare_block_planes), or None."""
     h, qkv, att, f = ws.h[:t], ws.qkv[:t], ws.att[:t], ws.f[:t]
     xin = x[:t]
     xt = xin if out is None else out[:t]
     lin = lambda a, name, bias, out, **kw: cuda_linear.linear(  # noqa: E731
-        a, w[name], w[bias], out, variant=gemm_variant, **kw)
+        a, w[name], w[bias], out, variant=gemm_variant, planes=None if planes is None else planes[name], **kw)
     cuda_ops.layernorm(xin, w["ln1_g"], w["ln1_b"], h, eps)
     lin(h, "w_qkv", "b_qkv", qkv)
     if after_qkv is not None:
@@ -81,6 +84,11 @@ def run_block(w, x, ws: BlockWorkspace, t: int, *, eps: float, gemm_variant: str
     cuda_ops.layernorm(xt, w["ln2_g"], w["ln2_b"], h, eps)
     lin(h, "w_fc", "b_fc", f, epilogue="bias_gelu")
     lin(f, "w_proj", "b_proj", xt, epilogue="bias_residual", residual=xt)
+
+
+def prepare_block_planes(w, gemm_variant: str) -> dict:
+    """The block's four matrices as wgmma weight planes ({name: cuda_linear.Planes})."""
+    return {name: cuda_linear.prepare_planes(w[name], gemm_variant) for name in MATRICES}
 
 
 class CudaCache(Cache):
@@ -106,7 +114,7 @@ class CudaRunner(Runner):
     backend = "cuda"
 
     def __init__(self, weights: ModelWeights, precision: str = "fp32", use_graphs: bool = True,
-                 programmatic: bool = True, fused_decode: bool | str = "auto"):
+                 programmatic: bool = True, fused_decode: bool | str = "auto", wgmma: bool | str = "auto"):
         if precision not in VARIANTS:
             raise ValueError(f"cuda backend precision must be one of {', '.join(VARIANTS)}; got {precision!r}")
         self.precision = precision
@@ -128,6 +136,17 @@ class CudaRunner(Runner):
         self.dec_mats = [{k: conv(cp.ascontiguousarray(v.T)) for k, v in w.items() if k in MATRICES}
                          for w in self.block_views]
         self.wte_dec = cuda_linear.to_bf16_bits(self.wte) if bf16 else self.wte  # [V, D] already
+        # Prefill (and decode batches over GEMV_MAX_M) multiply on kernels/gemm_wgmma.cu where the
+        # GPU has wgmma (compute capability 9.0): the matrices and wte prepared once as tf32 planes
+        # ([planes, N, K]: 2x the fp32 bytes for tf32x3). wgmma=False keeps gemm.cu's mma.sync.
+        if wgmma not in (True, False, "auto"):
+            raise ValueError(f"wgmma must be True, False or 'auto'; got {wgmma!r}")
+        if wgmma is True and not cuda_linear.wgmma_available():
+            raise ValueError("wgmma=True needs a compute capability 9.0 GPU (H100 / H200)")
+        self.planes, self.wte_planes = None, None
+        if wgmma and cuda_linear.wgmma_available():
+            self.planes = [prepare_block_planes(w, self.gemm_variant) for w in self.block_views]
+            self.wte_planes = cuda_linear.prepare_planes(self.wte, self.gemm_variant, transposed=True)
         self.ws = BlockWorkspace(c.n_positions, c.n_embd)
         self.x = cp.empty((c.n_positions, c.n_embd), cp.float32)  # residual stream
         self.hf = cp.empty((c.n_positions, c.n_embd), cp.float32)  # ln_f output
@@ -167,7 +186,10 @@ class CudaRunner(Runner):
             return out
         hf = self.hf[:n]
         cuda_ops.layernorm(x, self.ln_f_g, self.ln_f_b, hf, c.layer_norm_epsilon)
-        cuda_linear.gemm_nt(hf, self.wte, out, variant=self.gemm_variant)
+        if self.wte_planes is not None:
+            cuda_linear.gemm_planes(hf, self.wte_planes, None, out, epilogue=None)
+        else:
+            cuda_linear.gemm_nt(hf, self.wte, out, variant=self.gemm_variant)
         return out
 
     def _step_ints(self, ids: np.ndarray, seq: np.ndarray, pos: np.ndarray):
@@ -217,7 +239,7 @@ class CudaRunner(Runner):
                 qkv[:, :c.n_embd], rk, rv, out, n_head=c.n_head, s_q=t, s_kv=start + t, causal=True,
                 q_start=start, q_stride=3 * c.n_embd, kv_stride=c.n_embd, variant=self.attn_variant)
             run_block(w, self.x, self.ws, t, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
-                      attend=attend, after_qkv=store)
+                      attend=attend, after_qkv=store, planes=self._planes(layer))
         cache.pos[row] = start + t
         return self._head(0, t) if all_logits else self._head(t - 1, t)
 
@@ -246,8 +268,11 @@ class CudaRunner(Runner):
                 self._decode_block_gemv(w, self.dec_mats[layer], b, attend, kv)
             else:
                 run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
-                          attend=attend, after_qkv=store)
+                          attend=attend, after_qkv=store, planes=self._planes(layer))
         self._decode_head(cache, b, step)
+
+    def _planes(self, layer: int):
+        return None if self.planes is None else self.planes[layer]
 
     def _decode_head(self, cache: "CudaCache", b: int, step) -> None:
         logits = self._head(0, b, decode_out=cache.logits)
@@ -432,5 +457,9 @@ def solve_device(x, output, weights, seq_len: int, precision: str = "fp32", d: i
             qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:], att, n_head=n_head, s_q=seq_len, s_kv=seq_len,
             causal=False, q_start=0, q_stride=3 * d, kv_stride=3 * d, variant=attn_variant)
 
+    # the wgmma GEMM's weight planes are made from this call's weights (they may change between calls)
+    planes = None
+    if seq_len > cuda_linear.GEMV_MAX_M and cuda_linear.wgmma_available():
+        planes = prepare_block_planes(w, gemm_variant)
     # x is only read; the residual stream after attention lives in output
-    run_block(w, xa, ws, seq_len, eps=1e-5, gemm_variant=gemm_variant, attend=attend, out=out)
+    run_block(w, xa, ws, seq_len, eps=1e-5, gemm_variant=gemm_variant, attend=attend, out=out, planes=planes)

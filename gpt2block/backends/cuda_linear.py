@@ -1,5 +1,6 @@
-"""Launching the matrix kernels: GEMM (kernels/gemm.cu) for prefill and solve, GEMV
-(kernels/gemv.cu) for decode, and the choice between them (``linear``).
+"""Launching the matrix kernels: GEMM (kernels/gemm_wgmma.cu on H100 / H200, kernels/gemm.cu
+elsewhere) for prefill and solve, GEMV (kernels/gemv.cu) for decode, and the choice between them
+(``linear``).
 
 All arguments are CuPy arrays on the current device, C-contiguous (views are fine). Every
 function checks shapes, dtypes, contiguity and aliasing and raises ValueError naming the
@@ -7,6 +8,8 @@ argument before anything is launched. Nothing here synchronizes the stream.
 
     gemm(a, b, bias, out)      out[M,N] = epi(a[M,K] @ b[K,N] + bias[N])     tensor cores
     gemm_nt(a, b, out)         out[M,N] = a[M,K] @ b[N,K]^T                  tied LM head
+    prepare_planes(w, variant) W [K,N] (or W^T [N,K]) -> Planes: W^T as tf32 hi / lo parts
+    gemm_planes(a, p, bias, out) the gemm / gemm_nt products on Planes with wgmma (sm_90a)
     gemv(x, w, bias, out)      the same as gemm for M <= GEMV_MAX_M; w float32 or bf16 bits
     gemv_nt(x, w, out, ...)    the same as gemm_nt for M <= GEMV_MAX_M, with optional bias / GELU /
                                residual epilogues and a fused input LayerNorm (the decode layout)
@@ -162,43 +165,146 @@ def _i32(v: int, name: str) -> np.int32:
 # GEMM.
 
 
-# kernels/gemm_wgmma.cu (sm_90a): run only where it measured faster than gemm.cu's mma.sync
-# kernels, the fp32-mode LM head over a whole vocabulary (scripts/check_wgmma.py: 53.1 against
-# 37.6 TFLOP/s at M = 1024, K = 768, N = 50257; slower at the block's own shapes).
-_WG_WG, _WG_BN = 2, 128  # the defaults of GW_WG and GW_BN: 128 x 128 blocks of 256 threads
+# ---------------------------------------------------------------------------------------------
+# GEMM on prepared weight planes: kernels/gemm_wgmma.cu (wgmma, sm_90a; H100 / H200 only).
+
+_SMEM_PER_BLOCK = 232448  # the largest dynamic shared memory one block may opt into on sm_90
 
 
-def wgmma_smem_bytes(variant: str, wg: int = _WG_WG, bn: int = _WG_BN) -> int:
-    """GW_SMEM_BYTES(planes) of kernels/gemm_wgmma.cu: two buffers of the A and B planes, 32-deep
-    k tiles, plus 1024 bytes to align the swizzle atoms."""
-    planes = 2 if variant == "tf32x3" else 1  # hi and lo, or hi only
-    return 2 * planes * (64 * wg + bn) * 32 * 4 + 1024
+@dataclass(frozen=True)
+class WgTile:
+    """A gemm_wgmma.cu block: wg consumer warpgroups (64 rows each) x bn columns."""
+
+    wg: int
+    bn: int
+    speed: float  # relative throughput per SM
+
+    @property
+    def bm(self) -> int:
+        return 64 * self.wg
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.wg + 1)  # the consumers and the producer warpgroup
 
 
-def use_wgmma(variant: str, suffix: str, n: int, k: int) -> bool:
-    """Whether _launch_gemm sends this product to gemm_wgmma.cu on the current device."""
-    return (variant == "tf32x3" and suffix == "nt" and k >= 256 and n >= 8192
-            and cp.cuda.Device().compute_capability == "90")
+# speeds: TFLOP/s at the LM head's 1024 x 768 x 50257 (many waves), relative to 128 x 128
+# (scripts/check_wgmma.py: 82.9, 60.3, 60.5, 45.2)
+WG_TILES = (WgTile(2, 128, 1.0), WgTile(2, 64, 0.73), WgTile(1, 128, 0.72), WgTile(1, 64, 0.55))
+
+
+def planes_of(variant: str) -> int:
+    """Weight planes a variant reads: tf32 hi and lo (tf32x3), or hi alone (tf32)."""
+    return 2 if variant == "tf32x3" else 1
+
+
+def wgmma_smem_bytes(variant: str, tile: WgTile, stages: int) -> int:
+    """GW_SMEM_BYTES of kernels/gemm_wgmma.cu: the ring's stages (A's rows, the planes' rows, 128
+    bytes each), the consumers' A lo buffers (tf32x3), the barriers and 1024 bytes of alignment."""
+    planes = planes_of(variant)
+    stage = (tile.bm + planes * tile.bn) * 128
+    lo = tile.wg * 64 * 128 if planes == 2 else 0
+    return stages * stage + lo + 16 * stages + 1024
+
+
+def wgmma_stages(variant: str, tile: WgTile) -> int:
+    """The most ring stages (at most 8) that fit one block's shared memory."""
+    s = 8
+    while s > 2 and wgmma_smem_bytes(variant, tile, s) > _SMEM_PER_BLOCK:
+        s -= 1
+    return s
+
+
+def wgmma_available() -> bool:
+    """Whether gemm_wgmma.cu runs on the current device (compute capability 9.0)."""
+    return cp.cuda.Device().compute_capability == "90"
+
+
+class Planes:
+    """A weight W prepared for gemm_wgmma.cu: ``data`` [planes, N, K] float32, W^T rounded to tf32
+    (hi) and, for tf32x3, the tf32 rounding of what hi leaves (lo). Made by prepare_planes."""
+
+    def __init__(self, data, variant: str):
+        self.data, self.variant = data, variant
+        self.n, self.k = int(data.shape[1]), int(data.shape[2])
+
+
+def prepare_planes(w, variant: str, *, transposed: bool = False, stream=None) -> Planes:
+    """W [K, N] (or W^T [N, K] with transposed=True, e.g. wte for the LM head) -> Planes, on the GPU
+    in one pass. K must be a multiple of 4 (the GEMM's 16-byte rows)."""
+    _check_variant(variant)
+    _check_array(w, "w", 2)
+    n, k = (w.shape[0], w.shape[1]) if transposed else (w.shape[1], w.shape[0])
+    if k % 4:
+        raise ValueError(f"w's K = {k} must be a multiple of 4 for the wgmma GEMM")
+    planes = planes_of(variant)
+    out = cp.empty((planes, n, k), cp.float32)
+    fn = kernel("gemm_wgmma", f"gemm_wg_split_planes_{'nk' if transposed else 'kn'}", _VARIANT_DEFINES[variant])
+    launch(fn, (_cdiv(n, 32), _cdiv(k, 32), 1), (32, 8, 1),
+           (w, out, _i32(k, "K"), _i32(n, "N"), np.int32(planes)), 0, stream)
+    return Planes(out, variant)
+
+
+def pick_wg_tile(m: int, n: int, sms: int | None = None) -> WgTile:
+    """The wgmma tile with the least estimated time (one block per SM): whole waves of blocks."""
+    sms = sm_count() if sms is None else sms
+    return min(WG_TILES, key=lambda t: -(-(_cdiv(m, t.bm) * _cdiv(n, t.bn)) // sms) * t.bm * t.bn / t.speed)
+
+
+def gemm_planes(a, p: Planes, bias, out, *, epilogue="bias", residual=None, stream=None, tile=None):
+    """out[M,N] = epi(a[M,K] @ W + bias[N]) on prepared planes (epilogue None: a @ W, no bias).
+    ``tile`` (one of WG_TILES) overrides pick_wg_tile, for tuning."""
+    if not isinstance(p, Planes):
+        raise ValueError(f"p must be cuda_linear.Planes (see prepare_planes), got {type(p).__name__}")
+    _check_array(a, "a", 2)
+    m, k = a.shape
+    if p.k != k:
+        raise ValueError(f"the planes hold K = {p.k}, a has K = {k}")
+    if a.data.ptr % 16:
+        raise ValueError(f"a must be 16-byte aligned for the wgmma GEMM; got address {a.data.ptr:#x}")
+    n = p.n
+    _check_array(out, "out", 2)
+    _check_shape(out, "out", (m, n))
+    if epilogue is None:
+        if bias is not None or residual is not None:
+            raise ValueError("bias and residual need an epilogue ('bias', 'bias_gelu' or 'bias_residual')")
+        suffix = "nt"
+    else:
+        _check_array(bias, "bias", 1)
+        _check_shape(bias, "bias", (n,))
+        _check_epilogue(epilogue, residual, (m, n))
+        suffix = epilogue
+    _check_out(out, "out", {"a": a, "planes": p.data, "bias": bias}, residual)
+    if not wgmma_available():
+        raise ValueError(f"the wgmma GEMM needs a compute capability 9.0 GPU; this one is "
+                         f"{cp.cuda.Device().compute_capability}")
+    if tile is None:
+        tile = pick_wg_tile(m, n)
+    elif tile not in WG_TILES:
+        raise ValueError(f"tile must be one of cuda_linear.WG_TILES, got {tile!r}")
+    stages = wgmma_stages(p.variant, tile)
+    defines = (("GW_WG", tile.wg), ("GW_BN", tile.bn), ("GW_STAGES", stages)) + _VARIANT_DEFINES[p.variant]
+    fn = kernel("gemm_wgmma", f"gemm_wg_{p.variant}_{suffix}", defines)
+    grid = (_cdiv(m, tile.bm), _cdiv(n, tile.bn), 1)
+    if grid[1] > 65535:
+        raise ValueError(f"N = {n} needs {grid[1]} column tiles, more than a grid's 65535")
+    args = (a, p.data, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
+            _i32(m, "M"), _i32(n, "N"), _i32(k, "K"))
+    launch(fn, grid, (tile.threads, 1, 1), args, wgmma_smem_bytes(p.variant, tile, stages), stream)
 
 
 def _launch_gemm(variant, suffix, a, b, bias, residual, out, m, n, k, stream, tile):
     args = (a, b, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"))
-    name = f"gemm_{variant}_{suffix}"
-    if tile is None and use_wgmma(variant, suffix, n, k):
-        fn = kernel("gemm_wgmma", f"gemm_wg_{variant}_{suffix}", _VARIANT_DEFINES[variant])
-        bm, bn, threads, smem = 64 * _WG_WG, _WG_BN, 128 * _WG_WG, wgmma_smem_bytes(variant)
-    else:
-        if tile is None:
-            tile = pick_tile(m, n)
-        elif tile not in TILES:
-            raise ValueError(f"tile must be one of cuda_linear.TILES, got {tile!r}")
-        fn = kernel("gemm", name, tile.defines + _VARIANT_DEFINES[variant])
-        bm, bn, threads, smem = tile.bm, tile.bn, tile.threads, tile.smem_bytes
-    grid = (-(-m // bm), -(-n // bn), 1)
+    if tile is None:
+        tile = pick_tile(m, n)
+    elif tile not in TILES:
+        raise ValueError(f"tile must be one of cuda_linear.TILES, got {tile!r}")
+    fn = kernel("gemm", f"gemm_{variant}_{suffix}", tile.defines + _VARIANT_DEFINES[variant])
+    grid = (-(-m // tile.bm), -(-n // tile.bn), 1)
     if grid[1] > 65535:
         raise ValueError(f"N = {n} needs {grid[1]} column tiles, more than a grid's 65535")
-    launch(fn, grid, (threads, 1, 1), args, smem, stream)
+    launch(fn, grid, (tile.threads, 1, 1), args, tile.smem_bytes, stream)
 
 
 def gemm(a, b, bias, out, *, epilogue="bias", residual=None, variant="tf32x3", stream=None, tile=None):
@@ -423,12 +529,19 @@ def _gemv_fits(w) -> bool:
     return w.ndim == 2 and w.shape[1] % _cpt(w) == 0 and w.data.ptr % 16 == 0
 
 
-def linear(a, b, bias, out, *, epilogue="bias", residual=None, variant="tf32x3", stream=None):
+def linear(a, b, bias, out, *, epilogue="bias", residual=None, variant="tf32x3", stream=None, planes=None):
     """out = epi(a @ b + bias): GEMV for M <= GEMV_MAX_M (and always for bf16 weights, in
-    chunks of GEMV_MAX_M rows, each reading the weights once), GEMM otherwise."""
+    chunks of GEMV_MAX_M rows, each reading the weights once), GEMM otherwise: on ``planes``
+    (b prepared by prepare_planes for this variant) where given and a is 16-byte aligned, else
+    gemm.cu on b."""
     _check_variant(variant)
     _check_array(a, "a", 2)
     m = a.shape[0]
+    if planes is not None and m > GEMV_MAX_M and a.data.ptr % 16 == 0:
+        if planes.variant != variant:
+            raise ValueError(f"planes were prepared for variant {planes.variant!r}, not {variant!r}")
+        gemm_planes(a, planes, bias, out, epilogue=epilogue, residual=residual, stream=stream)
+        return
     if isinstance(b, cp.ndarray) and b.dtype == np.uint16:
         for r0 in range(0, m, GEMV_MAX_M):
             r1 = min(m, r0 + GEMV_MAX_M)

@@ -29,7 +29,8 @@ def _case_id(c: dict) -> str:
     head = c.get("variant", c.get("wdtype"))
     epi = c.get("epilogue", "bias")
     what = ("nt" + ("-ln" if c.get("ln") else "") + (f"-{epi}" if epi else "")) if c.get("nt") else epi
-    tail = "".join(f"-{k}{c[k]}" for k in ("offset",) if c.get(k)) + ("-inplace" if c.get("inplace") else "")
+    tail = ("".join(f"-{k}{c[k]}" for k in ("offset",) if c.get(k)) + ("-inplace" if c.get("inplace") else "")
+            + ("-planes" if c.get("planes") else ""))
     return f"{head}-{what}-M{c['m']}-K{c['k']}-N{c['n']}{tail}"
 
 
@@ -54,7 +55,7 @@ def _gemm_cases() -> list:
             dict(variant=variant, m=9, k=768, n=50257, nt=True),
             dict(variant=variant, m=30, k=768, n=50257, nt=True),
             dict(variant=variant, m=1025, k=1600, n=50257, nt=True),
-            # tf32x3 nt with K >= 256 and N >= 8192 runs kernels/gemm_wgmma.cu on sm_90
+            # column counts past one wide tile; K not a multiple of the k tile
             dict(variant=variant, m=129, k=800, n=8195, nt=True, offset=1),
             dict(variant=variant, m=64, k=256, n=8192, nt=True),
             dict(variant=variant, m=37, k=30, n=101, nt=True),
@@ -91,7 +92,31 @@ def _gemv_cases() -> list:
     return cases
 
 
+def _planes_cases() -> list:
+    """The wgmma GEMM (gemm_planes on prepare_planes' planes): every GPT-2 width, M from 2."""
+    cases = []
+    for variant in ("tf32x3", "tf32"):
+        for d in (768, 1024, 1280, 1600):
+            for k, n in ((d, 3 * d), (d, d), (d, 4 * d), (4 * d, d)):
+                for m in ((9, 100, 1025) if d in (768, 1600) else (30,)):
+                    cases.append(dict(variant=variant, m=m, k=k, n=n))
+        cases += [
+            dict(variant=variant, m=1023, k=768, n=3072, epilogue="bias_gelu"),
+            dict(variant=variant, m=1025, k=3072, n=768, epilogue="bias_residual"),
+            dict(variant=variant, m=100, k=3072, n=768, epilogue="bias_residual", inplace=True),
+            dict(variant=variant, m=9, k=768, n=50257, nt=True),
+            dict(variant=variant, m=1025, k=1600, n=50257, nt=True),
+            dict(variant=variant, m=129, k=800, n=8195, nt=True),
+            dict(variant=variant, m=2, k=4, n=1),
+            dict(variant=variant, m=33, k=100, n=97),
+            dict(variant=variant, m=130, k=68, n=1000, epilogue="bias_gelu"),
+            dict(variant=variant, m=65, k=64, n=63, nt=True),
+        ]
+    return [dict(c, planes=True) for c in cases]
+
+
 GEMM_CASES = _gemm_cases()
+PLANES_CASES = _planes_cases()
 GEMV_CASES = _gemv_cases()
 
 
@@ -104,6 +129,72 @@ def checks(torch_cuda):
 def test_gemm_accuracy(checks, case):
     res = checks.gemm_case(seed=zlib.crc32(_case_id(case).encode()), **case)
     assert res.ok, res.line()
+
+
+@pytest.fixture(scope="module")
+def wgmma(checks):
+    if not checks.L.wgmma_available():
+        pytest.skip("the wgmma GEMM needs a compute capability 9.0 GPU")
+    return checks.L
+
+
+@pytest.mark.parametrize("case", PLANES_CASES, ids=[_case_id(c) for c in PLANES_CASES])
+def test_gemm_planes_accuracy(checks, wgmma, case):
+    res = checks.gemm_case(seed=zlib.crc32(_case_id(case).encode()), **case)
+    assert res.ok, res.line()
+
+
+@pytest.mark.parametrize("variant", ["tf32x3", "tf32"])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_prepare_planes_splits_exactly(wgmma, variant, transposed):
+    """hi = W rounded to tf32 (13 low bits zero, nearest), lo = (W - hi) rounded likewise; [planes, N, K]."""
+    import cupy as cp
+    import numpy as np
+
+    rng = np.random.default_rng()
+    w = (rng.standard_normal((68, 44)) * 0.02).astype(np.float32)  # [K, N], or [N, K] when transposed
+    w[0, :3] = [1.0 + 2**-11, -(1.0 + 3 * 2**-11), 3.0e-3]  # ties (away from zero) and a plain value
+    p = wgmma.prepare_planes(cp.asarray(w), variant, transposed=transposed).data.get()
+    wt = w if transposed else w.T  # [N, K]
+
+    def rna(x):
+        return ((x.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+    hi = rna(wt)
+    assert p.shape == ((2 if variant == "tf32x3" else 1),) + wt.shape
+    np.testing.assert_array_equal(p[0], hi)
+    pos = (lambda i, j: (i, j)) if transposed else (lambda i, j: (j, i))  # w[i, j] in wt
+    assert hi[pos(0, 0)] == np.float32(1.0 + 2**-10) and hi[pos(0, 1)] == np.float32(-(1.0 + 2**-9))
+    if variant == "tf32x3":
+        np.testing.assert_array_equal(p[1], rna(wt - hi))
+        assert np.abs(p[0].astype(np.float64) + p[1] - wt).max() <= 2**-21 * np.abs(wt).max()
+
+
+def test_gemm_planes_bad_arguments(wgmma):
+    import cupy as cp
+
+    L = wgmma
+    a = cp.zeros((16, 8), cp.float32)
+    p = L.prepare_planes(cp.zeros((8, 12), cp.float32), "tf32x3")
+    bias, out = cp.zeros(12, cp.float32), cp.zeros((16, 12), cp.float32)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        L.prepare_planes(cp.zeros((6, 12), cp.float32), "tf32x3")
+    with pytest.raises(ValueError, match="variant must be one of"):
+        L.prepare_planes(cp.zeros((8, 12), cp.float32), "fp16")
+    with pytest.raises(ValueError, match="the planes hold K = 8, a has K = 12"):
+        L.gemm_planes(cp.zeros((16, 12), cp.float32), p, bias, out)
+    with pytest.raises(ValueError, match="a must be 16-byte aligned"):
+        L.gemm_planes(cp.zeros(16 * 8 + 1, cp.float32)[1:].reshape(16, 8), p, bias, out)
+    with pytest.raises(ValueError, match="p must be cuda_linear.Planes"):
+        L.gemm_planes(a, p.data, bias, out)
+    with pytest.raises(ValueError, match="out must have shape"):
+        L.gemm_planes(a, p, bias, cp.zeros((16, 13), cp.float32))
+    with pytest.raises(ValueError, match="bias and residual need an epilogue"):
+        L.gemm_planes(a, p, bias, out, epilogue=None)
+    with pytest.raises(ValueError, match="out overlaps planes"):
+        L.gemm_planes(a, p, bias, p.data.reshape(-1)[: 16 * 12].reshape(16, 12))
+    with pytest.raises(ValueError, match="prepared for variant 'tf32x3', not 'tf32'"):
+        L.linear(a, cp.zeros((8, 12), cp.float32), bias, out, variant="tf32", planes=p)
 
 
 @pytest.mark.parametrize("case", GEMV_CASES, ids=[_case_id(c) for c in GEMV_CASES])
