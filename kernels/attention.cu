@@ -244,8 +244,8 @@ __device__ __forceinline__ void attn_mma_split(float (&c)[4], const unsigned (&a
                                                float b0, float b1) {
     if (NPASS == 3) {
         unsigned bh0, bl0, bh1, bl1;
-        split_tf32(b0, bh0, bl0);
-        split_tf32(b1, bh1, bl1);
+        split_tf32_fast(b0, bh0, bl0);  // every warp splits every K / V element it reads: the cheap split
+        split_tf32_fast(b1, bh1, bl1);
         mma_tf32_16x8x8(c, al, bh0, bh1);
         mma_tf32_16x8x8(c, ah, bl0, bl1);
         mma_tf32_16x8x8(c, ah, bh0, bh1);
@@ -396,7 +396,7 @@ __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, in
             const float pa[4] = {s[kk][0], s[kk][2], s[kk][1], s[kk][3]};  // keys 2t (a0, a1), 2t+1 (a2, a3)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                if (NPASS == 3) split_tf32(pa[e], ph[e], pl[e]);
+                if (NPASS == 3) split_tf32_fast(pa[e], ph[e], pl[e]);
                 else { ph[e] = f32_to_tf32(pa[e]); pl[e] = 0u; }
             }
             const float* vr = Vs + (8 * kk + 2 * t) * ATTN_LDS + g;

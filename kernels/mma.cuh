@@ -54,6 +54,14 @@ __device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) 
     lo = f32_to_tf32(x - __uint_as_float(hi));
 }
 
+// The same split in three instructions: hi rounded to nearest (tf32_rna_bits), lo = x - hi exact
+// in fp32 and left for the tensor core to truncate to tf32 (it reads an operand's top 19 bits), so
+// lo carries 2^-21 |x| of representation error where split_tf32's carries 2^-22.
+__device__ __forceinline__ void split_tf32_fast(float x, unsigned& hi, unsigned& lo) {
+    hi = tf32_rna_bits(x);
+    lo = __float_as_uint(x - __uint_as_float(hi));
+}
+
 // d[16x8] += a[16x8 (row)] * b[8x8 (col)] in TF32 with fp32 accumulation, in place.
 // Not volatile: a pure function of its operands, so the compiler may interleave independent MMAs.
 // Fragment layout (PTX ISA, mma.m16n8k8 .tf32), g = lane / 4, t = lane % 4:

@@ -86,9 +86,11 @@ def run_block(w, x, ws: BlockWorkspace, t: int, *, eps: float, gemm_variant: str
     lin(f, "w_proj", "b_proj", xt, epilogue="bias_residual", residual=xt)
 
 
-def prepare_block_planes(w, gemm_variant: str) -> dict:
-    """The block's four matrices as wgmma weight planes ({name: cuda_linear.Planes})."""
-    return {name: cuda_linear.prepare_planes(w[name], gemm_variant) for name in MATRICES}
+def prepare_block_planes(w, gemm_variant: str, out: dict | None = None) -> dict:
+    """The block's four matrices as wgmma weight planes ({name: cuda_linear.Planes}); ``out``: such
+    a dict to refill (no allocation)."""
+    return {name: cuda_linear.prepare_planes(w[name], gemm_variant, out=None if out is None else out[name])
+            for name in MATRICES}
 
 
 class CudaCache(Cache):
@@ -171,14 +173,15 @@ class CudaRunner(Runner):
             self._logits = cp.empty((max(rows, 8), self.config.vocab_size), cp.float32)
         return self._logits[:rows]
 
-    def _head(self, rows_from: int, rows_to: int, decode_out=None):
+    def _head(self, rows_from: int, rows_to: int, decode_out=None, out=None):
         """ln_f then the tied LM head on x[rows_from:rows_to] -> device logits [rows, V].
         Up to GEMV_MAX_M rows: one GEMV with ln_f fused. ``decode_out``: a decode step's
-        logits buffer (read wte_dec, bf16 in bf16 mode); else the runner's regrowable buffer."""
+        logits buffer (read wte_dec, bf16 in bf16 mode); else ``out`` [rows, V] if given (the
+        caller's own array), else the runner's regrowable buffer."""
         c = self.config
         n = rows_to - rows_from
         decode = decode_out is not None
-        out = decode_out if decode else self._logits_buf(n)
+        out = decode_out if decode else (self._logits_buf(n) if out is None else out)
         x = self.x[rows_from:rows_to]
         if n <= cuda_linear.GEMV_MAX_M:
             cuda_linear.gemv_nt(x, self.wte_dec if decode else self.wte, out,
@@ -220,12 +223,14 @@ class CudaRunner(Runner):
         cache = self.new_cache(1)
         cache.check_room(0, len(ids))
         with self.stream:
-            out = self._prefill(cache, 0, ids, 0, np.arange(len(ids)), True).copy()
+            out = cp.empty((len(ids), self.config.vocab_size), cp.float32)  # the logits land here
+            self._prefill(cache, 0, ids, 0, np.arange(len(ids)), True, out=out)
         self.stream.synchronize()
         return out
 
-    def _prefill(self, cache, row, ids, start, pos, all_logits):
-        """The prefill's kernels on self.stream; returns the device logits (the runner's buffer)."""
+    def _prefill(self, cache, row, ids, start, pos, all_logits, out=None):
+        """The prefill's kernels on self.stream; returns the device logits (``out``, else the runner's
+        buffer)."""
         c = self.config
         t = len(ids)
         d_ids, d_seq, d_pos, _ = self._step_ints(ids, np.full(t, row), pos)
@@ -241,7 +246,7 @@ class CudaRunner(Runner):
             run_block(w, self.x, self.ws, t, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                       attend=attend, after_qkv=store, planes=self._planes(layer))
         cache.pos[row] = start + t
-        return self._head(0, t) if all_logits else self._head(t - 1, t)
+        return self._head(0, t, out=out) if all_logits else self._head(t - 1, t, out=out)
 
     def _decode_kernels(self, cache: "CudaCache", step) -> None:
         """Every kernel of one decode step, reading ids / seq / pos / lengths from ``step`` [4, B]
@@ -431,6 +436,59 @@ def _pinned(shape: tuple, dtype) -> np.ndarray:
 
 _solve_ws: dict[int, BlockWorkspace] = {}
 SOLVE_VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32")}
+SOLVE_GRAPHS_MAX = 16  # captured solve calls kept (least recently used dropped)
+
+
+class _SolveGraphs:
+    """solve() calls as CUDA graphs, keyed on the buffers' addresses, seq_len and precision: a key's
+    first call runs eagerly (compiling kernels, sizing workspaces), its second is captured, later ones
+    replay it, so a call costs one graph launch instead of a dozen Python launches. A graph reads
+    x and the weights at replay, so new contents at the same addresses are picked up (the weight
+    planes are remade inside it from this call's weights). Everything runs on one private stream,
+    ordered after the caller's current stream and before its later work (events both ways)."""
+
+    def __init__(self):
+        self.stream = None
+        self.graphs: "dict[tuple, tuple]" = {}  # key -> (graph, workspace, planes), oldest first
+        self.seen: set = set()  # keys that ran eagerly once
+
+    def run(self, key, ws: BlockWorkspace, body) -> None:
+        """body(planes_out) queues the call's kernels on the current stream."""
+        if self.stream is None:
+            self.stream = cp.cuda.Stream(non_blocking=True)
+        caller = cp.cuda.get_current_stream()
+        ready = cp.cuda.Event(disable_timing=True)
+        ready.record(caller)
+        self.stream.wait_event(ready)
+        got = self.graphs.pop(key, None)
+        if got is not None and got[1] is not ws:  # the workspace was regrown: the graph's rows are gone
+            got = None
+        with self.stream:
+            if got is not None:
+                got[0].launch(self.stream)
+            elif key in self.seen:
+                planes = body(None, capture=False, sizing=True)  # allocations, outside the capture
+                self.stream.synchronize()
+                self.stream.begin_capture()
+                try:
+                    body(planes, capture=True, sizing=False)
+                finally:
+                    graph = self.stream.end_capture()
+                got = (graph, ws, planes)
+                got[0].launch(self.stream)
+            else:
+                body(None, capture=False, sizing=False)
+                self.seen.add(key)
+        if got is not None:
+            self.graphs[key] = got
+            while len(self.graphs) > SOLVE_GRAPHS_MAX:
+                self.graphs.pop(next(iter(self.graphs)))
+        done = cp.cuda.Event(disable_timing=True)
+        done.record(self.stream)
+        caller.wait_event(done)
+
+
+_solve_graphs = _SolveGraphs()
 
 
 def solve_workspace(rows: int, d: int) -> BlockWorkspace:
@@ -448,18 +506,28 @@ def solve_device(x, output, weights, seq_len: int, precision: str = "fp32", d: i
     gemm_variant, attn_variant = SOLVE_VARIANTS[precision]
     xa = cp.asarray(x).reshape(seq_len, d)
     out = cp.asarray(output).reshape(seq_len, d)
-    w = block_layout(d).views(cp.asarray(weights).reshape(-1))
+    wflat = cp.asarray(weights).reshape(-1)
+    w = block_layout(d).views(wflat)
     ws = solve_workspace(seq_len, d)
     n_head = d // HEAD_DIM
+    wgmma = seq_len > cuda_linear.GEMV_MAX_M and cuda_linear.wgmma_available()
 
     def attend(qkv, att):
         cuda_attention.attention_prefill(
             qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:], att, n_head=n_head, s_q=seq_len, s_kv=seq_len,
             causal=False, q_start=0, q_stride=3 * d, kv_stride=3 * d, variant=attn_variant)
 
-    # the wgmma GEMM's weight planes are made from this call's weights (they may change between calls)
-    planes = None
-    if seq_len > cuda_linear.GEMV_MAX_M and cuda_linear.wgmma_available():
-        planes = prepare_block_planes(w, gemm_variant)
-    # x is only read; the residual stream after attention lives in output
-    run_block(w, xa, ws, seq_len, eps=1e-5, gemm_variant=gemm_variant, attend=attend, out=out, planes=planes)
+    def body(planes, capture: bool, sizing: bool):
+        # the wgmma GEMM's weight planes are made from this call's weights (they may change between
+        # calls); sizing: only allocate them (the graph's own buffers) and return them
+        if wgmma:
+            planes = prepare_block_planes(w, gemm_variant, out=planes)
+        if sizing:
+            return planes
+        # x is only read; the residual stream after attention lives in output
+        run_block(w, xa, ws, seq_len, eps=1e-5, gemm_variant=gemm_variant, attend=attend, out=out,
+                  planes=planes if wgmma else None)
+        return planes
+
+    key = (cp.cuda.Device().id, xa.data.ptr, out.data.ptr, wflat.data.ptr, seq_len, precision)
+    _solve_graphs.run(key, ws, body)

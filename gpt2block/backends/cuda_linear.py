@@ -229,20 +229,24 @@ class Planes:
         self.n, self.k = int(data.shape[1]), int(data.shape[2])
 
 
-def prepare_planes(w, variant: str, *, transposed: bool = False, stream=None) -> Planes:
+def prepare_planes(w, variant: str, *, transposed: bool = False, stream=None, out: Planes | None = None) -> Planes:
     """W [K, N] (or W^T [N, K] with transposed=True, e.g. wte for the LM head) -> Planes, on the GPU
-    in one pass. K must be a multiple of 4 (the GEMM's 16-byte rows)."""
+    in one pass. K must be a multiple of 4 (the GEMM's 16-byte rows). ``out``: Planes of the same
+    variant and shape to write into (nothing is allocated: capturable in a CUDA graph)."""
     _check_variant(variant)
     _check_array(w, "w", 2)
     n, k = (w.shape[0], w.shape[1]) if transposed else (w.shape[1], w.shape[0])
     if k % 4:
         raise ValueError(f"w's K = {k} must be a multiple of 4 for the wgmma GEMM")
     planes = planes_of(variant)
-    out = cp.empty((planes, n, k), cp.float32)
+    if out is None:
+        out = Planes(cp.empty((planes, n, k), cp.float32), variant)
+    elif not isinstance(out, Planes) or out.variant != variant or out.data.shape != (planes, n, k):
+        raise ValueError(f"out must be Planes of variant {variant!r} and shape {(planes, n, k)}")
     fn = kernel("gemm_wgmma", f"gemm_wg_split_planes_{'nk' if transposed else 'kn'}", _VARIANT_DEFINES[variant])
     launch(fn, (_cdiv(n, 32), _cdiv(k, 32), 1), (32, 8, 1),
-           (w, out, _i32(k, "K"), _i32(n, "N"), np.int32(planes)), 0, stream)
-    return Planes(out, variant)
+           (w, out.data, _i32(k, "K"), _i32(n, "N"), np.int32(planes)), 0, stream)
+    return out
 
 
 def pick_wg_tile(m: int, n: int, sms: int | None = None) -> WgTile:

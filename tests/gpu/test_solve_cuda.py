@@ -95,3 +95,30 @@ def test_solve_rejects_bad_device_arguments(torch_cuda, cp):
     with pytest.raises(ValueError, match="precision"):
         gpt2block.solve(x, out, w, 8, precision="bf16")
     assert (out == 7.0).all(), "a rejected call wrote into output"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+@pytest.mark.parametrize("seq_len", [2, 100])
+def test_solve_repeated_calls_see_new_contents(torch_cuda, precision, seq_len):
+    """The same buffers four times (eager, captured, replayed twice: backends/cuda._SolveGraphs),
+    x and the weights refilled in place before each call, output poisoned: every call's result is
+    that call's block, and a longer call in between (a regrown workspace) changes nothing."""
+    torch = torch_cuda
+    gen = torch.Generator().manual_seed(seq_len)
+    x = torch.empty(seq_len, 768, device="cuda")
+    w = challenge_weights(torch, biases=True, gen=gen)
+    out = torch.empty_like(x)
+    for call in range(4):
+        x.copy_(torch.rand(seq_len, 768, generator=gen) * 2 - 1)
+        w.copy_(challenge_weights(torch, biases=True, gen=gen))
+        out.fill_(float("nan"))
+        gpt2block.solve(x, out, w, seq_len, precision=precision)
+        if call == 1:  # another shape in between regrows the solve workspace
+            x2 = torch.rand(300, 768, device="cuda")
+            gpt2block.solve(x2, torch.empty_like(x2), w, 300, precision=precision)
+        torch.cuda.synchronize()
+        ref32, ours, peer = _errors(torch, x, w, out)
+        assert torch.isfinite(out).all(), f"call {call}: output has unwritten (NaN) elements"
+        torch.testing.assert_close(out, ref32, atol=1e-3, rtol=1e-3, msg=lambda m: f"call {call}: {m}")
+        if precision == "fp32":
+            assert ours <= 2 * peer + 4 * 2**-23, f"call {call}: error {ours:.3g} vs torch fp32 {peer:.3g}"

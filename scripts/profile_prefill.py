@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Where solve() and prefill time goes: kernel time per call, per kernel, from the CUDA profiler.
+
+    python scripts/profile_prefill.py [--seq 1024] [--calls 10]
+
+solve() at seq_len (fp32 and tf32, the challenge's random block; a graph replay after two calls)
+and gpt2 forward_device (random weights, fp32) under torch.profiler (CUPTI sees CuPy's kernels,
+graph replays included). Prints, per case, the kernels by device time per call, their sum, and
+the wall time per call (host included) for comparison.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import gpt2block  # noqa: E402
+from gpt2block.backends import make_runner  # noqa: E402
+from gpt2block.config import SIZES  # noqa: E402
+from gpt2block.layout import block_layout  # noqa: E402
+from gpt2block.weights import ModelWeights  # noqa: E402
+
+
+def profile(fn, calls: int) -> list[str]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile as tprofile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) / calls * 1e6
+    with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    rows, total = [], 0.0
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None)
+        us = e.cuda_time_total if us is None else us
+        if us > 0:
+            total += us
+            rows.append((us / calls, e.count / calls, e.key[:70]))
+    out = [f"  {us:8.1f} us  x{n:5.1f}  {name}" for us, n, name in sorted(rows, reverse=True)]
+    out.append(f"  {total / calls:8.1f} us  kernel time per call in all")
+    out.append(f"  {wall:8.1f} us  wall time per call (host included, back to back)")
+    return out
+
+
+def main() -> int:
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--calls", type=int, default=10)
+    a = ap.parse_args()
+    s = a.seq
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.rand(s, 768, device="cuda", generator=gen) * 2 - 1
+    w = torch.randn(block_layout(768).numel, device="cuda", generator=gen) * 0.02
+    out = torch.empty_like(x)
+    for prec in ("fp32", "tf32"):
+        print(f"== solve seq_len {s}, {prec}", flush=True)
+        print("\n".join(profile(lambda p=prec: gpt2block.solve(x, out, w, s, precision=p), a.calls)), flush=True)
+    runner = make_runner(ModelWeights.random(SIZES["gpt2"], seed=0), "cuda", "fp32")
+    ids = np.random.default_rng(0).integers(0, 50257, s)
+    print(f"== gpt2 forward_device, {s} tokens, fp32", flush=True)
+    print("\n".join(profile(lambda: runner.forward_device(ids), a.calls)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
