@@ -254,11 +254,21 @@ __device__ __forceinline__ void attn_mma_split(float (&c)[4], const unsigned (&a
     }
 }
 
+// The split-key prefill's scratch (attention_prefill_split_*): per (query tile, head, split) a
+// partial: o [64 rows][64 dims] unnormalised, (m, l) [64 rows][2]; per (query tile, head) a ticket.
+struct AttnSplit {
+    int chunk;        // key tiles per split, at most: a query tile of n key tiles has ceil(n / chunk)
+                      // splits of balanced length (0: no splitting, the plain kernels)
+    float* part_o;    // [q tiles][H][gridDim.z][64][64]
+    float* part_ml;   // [q tiles][H][gridDim.z][64][2]
+    int* counters;    // [q tiles][H], zero before a launch and left zero after it
+};
+
 template <int NPASS, bool FRESH>
 __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, int q_stride,
                                                  const float* __restrict__ k, const float* __restrict__ v,
                                                  int kv_stride, float* __restrict__ out, int D, int s_q, int s_kv,
-                                                 int q_start, int causal) {
+                                                 int q_start, int causal, AttnSplit split = AttnSplit{0, 0, 0, 0}) {
     // attn_smem: Ks[2], Vs[2], [64][ATTN_LDS] each
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int qt = gridDim.x - 1 - blockIdx.x;  // heavy (late) causal tiles first
@@ -266,8 +276,16 @@ __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, in
     const int r0 = q0 + warp * 16 + g, r1 = r0 + 8;  // this thread's two query rows
 
     const int n_keys = attn_keys_needed(q0, s_q, s_kv, q_start, causal);
-    attn_load_tile<128>(attn_smem, k, kv_stride, 0, s_kv, col0);
-    attn_load_tile<128>(attn_smem + 2 * ATTN_TILE_FLOATS, v, kv_stride, 0, s_kv, col0);
+    const int n_all = (n_keys + 63) / 64;  // key tiles of this query tile
+    int nsplit = 1, kt_begin = 0, kt_end = n_all;
+    if (split.chunk > 0) {  // this block: split blockIdx.z of nsplit, key tiles [kt_begin, kt_end)
+        nsplit = (n_all + split.chunk - 1) / split.chunk;
+        if ((int)blockIdx.z >= nsplit) return;  // (the whole block: before any barrier)
+        kt_begin = blockIdx.z * n_all / nsplit;
+        kt_end = (blockIdx.z + 1) * n_all / nsplit;
+    }
+    attn_load_tile<128>(attn_smem, k, kv_stride, kt_begin * 64, s_kv, col0);
+    attn_load_tile<128>(attn_smem + 2 * ATTN_TILE_FLOATS, v, kv_stride, kt_begin * 64, s_kv, col0);
     cp_async_commit();
 
     // Q fragments (A operand, 8 k-steps over the 64 dims), scaled by 1/8, split hi / lo.
@@ -302,13 +320,12 @@ __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, in
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[j][e] = 0.f;
 
-    const int n_tiles = (n_keys + 63) / 64;
-    for (int kt = 0; kt < n_tiles; ++kt) {
-        const int kt0 = kt * 64;
-        const float* Ks = attn_smem + (kt & 1) * ATTN_TILE_FLOATS;
-        const float* Vs = attn_smem + (2 + (kt & 1)) * ATTN_TILE_FLOATS;
-        if (kt + 1 < n_tiles) {
-            float* nb = attn_smem + ((kt + 1) & 1) * ATTN_TILE_FLOATS;
+    for (int kt = kt_begin; kt < kt_end; ++kt) {
+        const int kt0 = kt * 64, buf = (kt - kt_begin) & 1;
+        const float* Ks = attn_smem + buf * ATTN_TILE_FLOATS;
+        const float* Vs = attn_smem + (2 + buf) * ATTN_TILE_FLOATS;
+        if (kt + 1 < kt_end) {
+            float* nb = attn_smem + (buf ^ 1) * ATTN_TILE_FLOATS;
             attn_load_tile<128>(nb, k, kv_stride, kt0 + 64, s_kv, col0);
             attn_load_tile<128>(nb + 2 * ATTN_TILE_FLOATS, v, kv_stride, kt0 + 64, s_kv, col0);
             cp_async_commit();
@@ -424,19 +441,76 @@ __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, in
     }
 
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-        float lt = l[hf];
-        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-        const int row = hf ? r1 : r0;
-        if (row < s_q) {
-            const float inv = 1.0f / lt;
-            float* orow = out + (size_t)row * D + col0 + 2 * t;
+    for (int hf = 0; hf < 2; ++hf) l[hf] += __shfl_xor_sync(0xffffffffu, l[hf], 1);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) l[hf] += __shfl_xor_sync(0xffffffffu, l[hf], 2);
+    if (nsplit == 1) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int row = hf ? r1 : r0;
+            if (row < s_q) {
+                const float inv = 1.0f / l[hf];
+                float* orow = out + (size_t)row * D + col0 + 2 * t;
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+                    *reinterpret_cast<float2*>(orow + 8 * j) = make_float2(o[j][2 * hf] * inv, o[j][2 * hf + 1] * inv);
+            }
+        }
+        return;
+    }
+
+    // A split: store the partial; the last of the query tile's splits to finish combines them all in
+    // split order (deterministic) and resets the ticket.
+    const size_t tile = (size_t)qt * gridDim.y + h;
+    const size_t slot0 = tile * gridDim.z;  // split s of this (query tile, head): slot0 + s
+    {
+        float* po = split.part_o + (slot0 + blockIdx.z) * 64 * 64;
+        float* pml = split.part_ml + (slot0 + blockIdx.z) * 64 * 2;
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int rl = warp * 16 + g + 8 * hf;  // row within the tile
 #pragma unroll
             for (int j = 0; j < 8; ++j)
-                *reinterpret_cast<float2*>(orow + 8 * j) = make_float2(o[j][2 * hf] * inv, o[j][2 * hf + 1] * inv);
+                *reinterpret_cast<float2*>(po + rl * 64 + 8 * j + 2 * t) = make_float2(o[j][2 * hf], o[j][2 * hf + 1]);
+            if (t == 0) *reinterpret_cast<float2*>(pml + rl * 2) = make_float2(m[hf], l[hf]);
         }
     }
+    __threadfence();
+    __syncthreads();
+    __shared__ int attn_is_last;
+    if (threadIdx.x == 0) attn_is_last = atomicAdd(split.counters + tile, 1) == nsplit - 1;
+    __syncthreads();
+    if (!attn_is_last) return;
+    __threadfence();
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int rl = warp * 16 + g + 8 * hf, row = q0 + rl;
+        if (row >= s_q) continue;
+        float mx = attn_neg_inf();
+        for (int sp = 0; sp < nsplit; ++sp) mx = fmaxf(mx, __ldcg(split.part_ml + (slot0 + sp) * 128 + rl * 2));
+        const float base = attn_safe_max(mx);
+        float lt = 0.f, acc[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) acc[i] = 0.f;
+        for (int sp = 0; sp < nsplit; ++sp) {
+            const float2 ml = __ldcg(reinterpret_cast<const float2*>(split.part_ml + (slot0 + sp) * 128 + rl * 2));
+            const float w = ml.x == attn_neg_inf() ? 0.f : expf(ml.x - base);
+            lt += ml.y * w;
+            const float* po = split.part_o + (slot0 + sp) * 64 * 64 + rl * 64 + 2 * t;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const float2 ov = __ldcg(reinterpret_cast<const float2*>(po + 8 * j));
+                acc[2 * j] = fmaf(ov.x, w, acc[2 * j]);
+                acc[2 * j + 1] = fmaf(ov.y, w, acc[2 * j + 1]);
+            }
+        }
+        const float inv = 1.0f / lt;
+        float* orow = out + (size_t)row * D + col0 + 2 * t;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            *reinterpret_cast<float2*>(orow + 8 * j) = make_float2(acc[2 * j] * inv, acc[2 * j + 1] * inv);
+    }
+    if (threadIdx.x == 0) split.counters[tile] = 0;
 }
 
 // tf32x3 with every 8-wide mma step accumulated from zero and added to the running sums with fp32
@@ -458,6 +532,27 @@ attention_prefill_tf32(const float* __restrict__ q, int q_stride,   // q: [s_q, 
                        float* __restrict__ out,                     // out: [s_q, D]
                        int D, int s_q, int s_kv, int q_start, int causal) {
     attn_prefill_mma<1, false>(q, q_stride, k, v, kv_stride, out, D, s_q, s_kv, q_start, causal);
+}
+
+// The same two kernels with the keys of long query tiles split across blocks (a query tile of n key
+// tiles gets ceil(n / chunk) splits, grid.z = the most of any tile): a causal prefill's late tiles no
+// longer set its length alone. Extra arguments: chunk, part_o, part_ml, counters (AttnSplit).
+extern "C" __global__ void __launch_bounds__(128)
+attention_prefill_split_tf32x3f(const float* __restrict__ q, int q_stride, const float* __restrict__ k,
+                                const float* __restrict__ v, int kv_stride, float* __restrict__ out, int D,
+                                int s_q, int s_kv, int q_start, int causal, int chunk, float* part_o,
+                                float* part_ml, int* counters) {
+    attn_prefill_mma<3, true>(q, q_stride, k, v, kv_stride, out, D, s_q, s_kv, q_start, causal,
+                              AttnSplit{chunk, part_o, part_ml, counters});
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_prefill_split_tf32(const float* __restrict__ q, int q_stride, const float* __restrict__ k,
+                             const float* __restrict__ v, int kv_stride, float* __restrict__ out, int D,
+                             int s_q, int s_kv, int q_start, int causal, int chunk, float* part_o,
+                             float* part_ml, int* counters) {
+    attn_prefill_mma<1, false>(q, q_stride, k, v, kv_stride, out, D, s_q, s_kv, q_start, causal,
+                               AttnSplit{chunk, part_o, part_ml, counters});
 }
 
 // =============================================================================================

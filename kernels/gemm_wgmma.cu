@@ -11,7 +11,7 @@
 // Requires K % 4 == 0 and A, P 16-byte aligned (cuda_linear sends other products to gemm.cu).
 // Any M, N >= 1; deterministic.
 //
-// A block is GW_WG consumer warpgroups (64 rows of C each, all GW_BN columns) and one producer
+// A block is GW_WG consumer warpgroups (64 rows of C each, all GW_BN columns) and a producer
 // warpgroup, meeting only at shared-memory barriers (mbarrier), so the consumers drift apart and
 // one's non-tensor work overlaps the other's wgmmas:
 //   producer: for each k tile (GW_BK = 32 deep) it waits until the ring slot is free (empty[s]),
@@ -28,7 +28,7 @@
 //             splits, waits and adds, the other's wgmmas keep the tensor cores busy. tf32
 //             accumulates in the tensor core and keeps one tile's wgmmas in flight.
 //
-// Launch recipe (cuda_linear.wgmma_launch): grid (ceil(M / GW_BM), ceil(N / GW_BN)), block
+// Launch recipe (cuda_linear.gemm_planes): grid (ceil(M / GW_BM), ceil(N / GW_BN)), block
 // GW_THREADS = 128 * (GW_WG + 1), dynamic shared memory GW_SMEM_BYTES(planes) (about 224 KB at
 // 128 x 128, 4 stages, tf32x3: one block per SM).
 
@@ -40,14 +40,16 @@
 #define GW_WG 2  // consumer warpgroups: block rows = 64 * GW_WG
 #endif
 #ifndef GW_BN
-#define GW_BN 128  // block columns: 64 or 128 (the wgmma's N)
+#define GW_BN 128  // block columns: 64, 128 or 192 (the wgmma's N; 192 for tf32: with tf32x3's part
+                   // registers two consumers spill at ptxas' 168-register cap of a 384-thread block)
 #endif
 #ifndef GW_STAGES
 #define GW_STAGES 4  // ring slots
 #endif
 #define GW_BM (64 * GW_WG)
 #define GW_BK 32                          // k tile: one 128-byte row of floats
-#define GW_THREADS (128 * (GW_WG + 1))    // consumers, then the producer warpgroup
+#define GW_PT 128                          // producer threads: one warpgroup (one warp measured 30% slower)
+#define GW_THREADS (128 * GW_WG + GW_PT)   // consumers, then the producer
 #define GW_ROW 128                        // bytes per tile row
 #define GW_STAGE_BYTES(planes) ((GW_BM + (planes) * GW_BN) * GW_ROW)
 #define GW_LO_BYTES(planes) ((planes) == 2 ? GW_WG * 64 * GW_ROW : 0)  // A lo, per consumer
@@ -143,6 +145,36 @@ __device__ __forceinline__ void wgmma_tf32_m64n128k8(float (&d)[64], unsigned lo
         : "l"(a_desc), "l"(b_desc), "r"(scale_d));
 }
 
+// d[96] (+)= A[64 x 8] * B[8 x 192] from the descriptors' shared-memory tiles; scale_d 0 ignores d.
+__device__ __forceinline__ void wgmma_tf32_m64n192k8(float (&d)[96], unsigned long long a_desc,
+                                                    unsigned long long b_desc, int scale_d) {
+    GW_ASM(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17,\n"
+        "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35,\n"
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53,\n"
+        "%54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71,\n"
+        "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89,\n"
+        "%90, %91, %92, %93, %94, %95"
+        "}, %96, %97, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+          "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+          "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+          "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "l"(a_desc), "l"(b_desc), "r"(scale_d));
+}
+
 template <int N>
 __device__ __forceinline__ void wgmma_tf32(float (&d)[N / 2], unsigned long long a, unsigned long long b, int scale_d);
 template <>
@@ -152,6 +184,10 @@ __device__ __forceinline__ void wgmma_tf32<64>(float (&d)[32], unsigned long lon
 template <>
 __device__ __forceinline__ void wgmma_tf32<128>(float (&d)[64], unsigned long long a, unsigned long long b, int s) {
     wgmma_tf32_m64n128k8(d, a, b, s);
+}
+template <>
+__device__ __forceinline__ void wgmma_tf32<192>(float (&d)[96], unsigned long long a, unsigned long long b, int s) {
+    wgmma_tf32_m64n192k8(d, a, b, s);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -189,7 +225,7 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
     constexpr int PLANES = PASSES == 3 ? 2 : 1;
     constexpr int NACC = GW_BN / 2;  // accumulators per thread (m64 x GW_BN / 128)
     constexpr unsigned STAGE = GW_STAGE_BYTES(PLANES), A_BYTES = GW_BM * GW_ROW, B_BYTES = GW_BN * GW_ROW;
-    static_assert(GW_BN == 64 || GW_BN == 128, "GW_BN must be 64 or 128");
+    static_assert(GW_BN == 64 || GW_BN == 128 || GW_BN == 192, "GW_BN must be 64, 128 or 192");
     static_assert(GW_WG == 1 || GW_WG == 2, "GW_WG must be 1 or 2");
 
     extern __shared__ float4 gw_smem4[];
@@ -206,29 +242,29 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
 
     if (tid == 0) {
         for (int s = 0; s < GW_STAGES; ++s) {
-            mbar_init(full(s), 128);   // every producer thread's copies
+            mbar_init(full(s), GW_PT);   // every producer thread's copies
             mbar_init(empty(s), GW_WG);  // one arrival per consumer warpgroup
         }
     }
     __syncthreads();
 
     if (wg == GW_WG) {
-        // ---- producer warpgroup ----
-        const int pt = tid - 128 * GW_WG;
+        // ---- producer ----
+        const int pt = tid - 128 * GW_WG;  // producer thread 0 .. GW_PT - 1
         for (int kt = 0; kt < KT; ++kt) {
             const int s = kt % GW_STAGES;
             if (kt >= GW_STAGES) mbar_wait(empty(s), ((kt / GW_STAGES) + 1) & 1);
             const unsigned st = ring + s * STAGE;
             const int k0 = kt * GW_BK;
 #pragma unroll
-            for (int i = 0; i < GW_BM * 8 / 128; ++i) {  // A rows m0.., 8 chunks each
-                const int c = pt + 128 * i, r = c >> 3, ch = c & 7, k = k0 + 4 * ch;
+            for (int i = 0; i < GW_BM * 8 / GW_PT; ++i) {  // A rows m0.., 8 chunks each
+                const int c = pt + GW_PT * i, r = c >> 3, ch = c & 7, k = k0 + 4 * ch;
                 const bool ok = m0 + r < M && k < K;
                 cp_async16_u32(st + gw_chunk_offset(r, ch), ok ? A + (long long)(m0 + r) * K + k : A, ok ? 16 : 0);
             }
 #pragma unroll
-            for (int i = 0; i < GW_BN * 8 / 128; ++i) {  // planes' rows n0..
-                const int c = pt + 128 * i, r = c >> 3, ch = c & 7, k = k0 + 4 * ch;
+            for (int i = 0; i < GW_BN * 8 / GW_PT; ++i) {  // planes' rows n0..
+                const int c = pt + GW_PT * i, r = c >> 3, ch = c & 7, k = k0 + 4 * ch;
                 const bool ok = n0 + r < N && k < K;
                 const float* src = ok ? P + (long long)(n0 + r) * K + k : P;
                 cp_async16_u32(st + A_BYTES + gw_chunk_offset(r, ch), src, ok ? 16 : 0);

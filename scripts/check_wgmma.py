@@ -29,6 +29,7 @@ SHAPES = {"qkv": (768, 2304, "bias"), "proj": (768, 768, "bias_residual"), "fc":
           "mlp": (3072, 768, "bias_residual"), "lm_head": (768, 50257, "nt"), "xl_fc": (1600, 6400, "bias_gelu"),
           "odd": (100, 333, "bias_residual")}
 EPS32 = float(np.finfo(np.float32).eps)
+
 rng = np.random.default_rng()
 
 
@@ -99,7 +100,7 @@ def main() -> int:
                 print(f"{name:14s} {variant:7s} {'mma.sync':14s} {flops / best / 1e9:8.1f}")
                 p = L.prepare_planes(w, variant, transposed=suffix == "nt")
                 prep = median_ms(lambda: L.prepare_planes(w, variant, transposed=suffix == "nt"), reps=5, burst=2)
-                for tile in L.WG_TILES:
+                for tile in L.WG_TILES[variant]:
                     out.fill(np.nan)
                     f = lambda: L.gemm_planes(a, p, bias, out, epilogue=None if suffix == "nt" else suffix,  # noqa: E731
                                               residual=res, tile=tile)
@@ -109,8 +110,9 @@ def main() -> int:
                     ms = median_ms(f)
                     ok = np.isfinite(err) and (err <= 2 * t_err + EPS32 if variant == "tf32x3" else err <= 1e-3)
                     failed += not ok
-                    picked = "*" if tile == L.pick_wg_tile(m, n) else " "
-                    print(f"{name:14s} {variant:7s} {f'wgmma {tile.bm}x{tile.bn}{picked}':14s} {flops / ms / 1e9:8.1f} "
+                    picked = "*" if tile == L.pick_wg_tile(variant, m, n) else " "
+                    tname = f"wgmma {tile.bm}x{tile.bn}{picked}"
+                    print(f"{name:14s} {variant:7s} {tname:14s} {flops / ms / 1e9:8.1f} "
                           f"{err:9.2e} {err / t_err:7.2f}{'' if ok else '  FAIL'}")
                 print(f"{name:14s} {variant:7s} {'prepare_planes':14s} {prep * 1e3:7.1f} us")
     print(f"{failed} case(s) failed")

@@ -9,13 +9,17 @@ raises ValueError / TypeError naming it, before anything is launched.
     attention_prefill(q, k, v, out, n_head=, s_q=, s_kv=, causal=, q_start=, q_stride=, kv_stride=, variant=)
         out [s_q, D] = softmax(q k^T / 8 (+ causal mask)) v per head; variant "f32" (FFMA),
         "tf32x3f" (tensor cores, 3-pass split, each 8-wide tensor-core step summed from zero and
-        added in fp32: fp32-level accuracy) or "tf32" (1 pass).
+        added in fp32: fp32-level accuracy) or "tf32" (1 pass). The tensor-core variants split the
+        keys of long query tiles across blocks where prefill_split_plan has it measured faster;
+        the partials live in a per-stream scratch.
     attention_decode(q, k_cache, v_cache, lengths, out, n_head=, q_stride=, cache_batch_stride=, max_len=)
         out [B, D]: one query per row over lengths[b] cached keys; the keys are split across
         blocks (DecodeWorkspace holds the partials), combined deterministically in-kernel.
 """
 
 from __future__ import annotations
+
+import functools
 
 import cupy as cp
 import numpy as np
@@ -31,6 +35,8 @@ PREFILL_VARIANTS = {
     "tf32x3f": ("attention_prefill_tf32x3f", 128, 4 * TILE * LDS * 4 + 4 * 8 * 2 * 32 * 16),
     "tf32": ("attention_prefill_tf32", 128, 4 * TILE * LDS * 4),
 }
+# split-key prefill (attention_prefill_split_*), the kernel of each variant
+SPLIT_KERNELS = {"tf32x3f": "attention_prefill_split_tf32x3f", "tf32": "attention_prefill_split_tf32"}
 DECODE_THREADS = 128
 DECODE_MIN_CHUNK = 64  # keys per split, at least (short splits cost more in combining than they save)
 DECODE_MAX_CHUNK = 64  # ATTN_DEC_MAX_CHUNK in attention.cu (a split's keys and values live in registers)
@@ -104,11 +110,14 @@ def _out(name: str, out, rows: int, d: int) -> tuple[int, int]:
 # -- prefill ----------------------------------------------------------------------------------
 
 def attention_prefill(q, k, v, out, *, n_head: int, s_q: int, s_kv: int, causal: bool, q_start: int = 0,
-                      q_stride: int, kv_stride: int, variant: str = "f32", stream=None) -> None:
+                      q_stride: int, kv_stride: int, variant: str = "f32", stream=None,
+                      chunk: int | None = None) -> None:
     """out [s_q, D] = multi-head attention of one sequence (D = 64 * n_head).
 
     q: row i (query at position q_start + i) at q.data.ptr + i * q_stride (floats); k, v: key j at
     ptr + j * kv_stride. causal: query i sees keys 0 .. q_start + i; otherwise all s_kv keys.
+    chunk (tensor-core variants, for tuning): key tiles per block of the split-key kernel, 0 for
+    the plain kernel; None: prefill_split_plan's choice.
     """
     if variant not in PREFILL_VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(PREFILL_VARIANTS)}; got {variant!r}")
@@ -130,7 +139,72 @@ def attention_prefill(q, k, v, out, *, n_head: int, s_q: int, s_kv: int, causal:
     name, threads, smem = PREFILL_VARIANTS[variant]
     args = (q, np.int32(q_stride), k, v, np.int32(kv_stride), out,
             np.int32(d), np.int32(s_q), np.int32(s_kv), np.int32(q_start), np.int32(bool(causal)))
-    launch(kernel("attention", name), (-(-s_q // TILE), n_head), (threads,), args, shared_mem=smem, stream=stream)
+    grid = (-(-s_q // TILE), n_head, 1)
+    if variant not in SPLIT_KERNELS:
+        if chunk:
+            raise ValueError(f"variant {variant!r} has no split-key kernel (chunk must be None or 0)")
+        chunk, splits = 0, 1
+    elif chunk is None:
+        chunk, splits = prefill_split_plan(s_q, s_kv, q_start, bool(causal), variant)
+    else:
+        chunk = _int("chunk", chunk, 0)
+        splits = max(-(-n // chunk) for n in _tiles_needed(s_q, s_kv, q_start, bool(causal))) if chunk else 1
+    if chunk:
+        name = SPLIT_KERNELS[variant]
+        scratch = _split_scratch(grid[0] * n_head * splits, grid[0] * n_head, stream)
+        args += (np.int32(chunk), scratch.part_o, scratch.part_ml, scratch.counters)
+        grid = (grid[0], n_head, splits)
+    launch(kernel("attention", name), grid, (threads,), args, shared_mem=smem, stream=stream)
+
+
+def _tiles_needed(s_q: int, s_kv: int, q_start: int, causal: bool) -> list[int]:
+    """Key tiles each query tile visits (attn_keys_needed in attention.cu)."""
+    out = []
+    for q0 in range(0, s_q, TILE):
+        keys = min(s_kv, q_start + min(q0 + TILE, s_q)) if causal else s_kv
+        out.append(-(-keys // TILE))
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def prefill_split_plan(s_q: int, s_kv: int, q_start: int, causal: bool, variant: str) -> tuple[int, int]:
+    """(chunk, splits) of the split-key prefill: at most ``chunk`` key tiles per block (a query tile
+    of n key tiles in ceil(n / chunk) splits of balanced length), ``splits`` the most of any tile
+    (grid.z); (0, 1): the plain kernel. The longest query tile in four splits of at least 4 key
+    tiles, where its key tiles number 8 to 32 (S = 512 .. 2048: what was measured; tf32 only for
+    causal, its non-causal 2048 was slower split). scripts/tune_attention_split.py at S = 1024,
+    12 heads, tf32x3f: causal 139 -> 86 us, non-causal 140 -> 123 us."""
+    tiles = _tiles_needed(s_q, s_kv, q_start, causal)
+    longest = max(tiles)
+    if not 8 <= longest <= 32 or (variant == "tf32" and not causal):
+        return 0, 1
+    chunk = max(4, -(-longest // 4))
+    return chunk, max(-(-n // chunk) for n in tiles)
+
+
+class _SplitScratch:
+    def __init__(self, slots: int, tiles: int):
+        self.slots, self.tiles = slots, tiles
+        self.part_o = cp.empty(slots * TILE * HEAD_DIM, cp.float32)
+        self.part_ml = cp.empty(slots * TILE * 2, cp.float32)
+        self.counters = cp.zeros(tiles, cp.int32)  # the kernels leave them zero
+
+
+_split_scratches: dict[tuple, _SplitScratch] = {}
+_retired: list = []  # outgrown scratch stays allocated: a captured CUDA graph may still use it
+
+
+def _split_scratch(slots: int, tiles: int, stream=None) -> _SplitScratch:
+    """The split-key prefill's partials and tickets for launches on one stream (grown, never freed)."""
+    s = stream if stream is not None else cp.cuda.get_current_stream()
+    key = (cp.cuda.Device().id, s.ptr)
+    got = _split_scratches.get(key)
+    if got is None or got.slots < slots or got.tiles < tiles:
+        if got is not None:
+            _retired.append(got)
+        got = _split_scratches[key] = _SplitScratch(max(slots, got.slots if got else 0),
+                                                    max(tiles, got.tiles if got else 0))
+    return got
 
 
 # -- decode -----------------------------------------------------------------------------------

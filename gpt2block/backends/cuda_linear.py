@@ -173,7 +173,8 @@ _SMEM_PER_BLOCK = 232448  # the largest dynamic shared memory one block may opt 
 
 @dataclass(frozen=True)
 class WgTile:
-    """A gemm_wgmma.cu block: wg consumer warpgroups (64 rows each) x bn columns."""
+    """A gemm_wgmma.cu block: wg consumer warpgroups (64 rows each) x bn columns, and the producer
+    warpgroup."""
 
     wg: int
     bn: int
@@ -185,12 +186,21 @@ class WgTile:
 
     @property
     def threads(self) -> int:
-        return 128 * (self.wg + 1)  # the consumers and the producer warpgroup
+        return 128 * (self.wg + 1)
+
+    @property
+    def defines(self) -> tuple:
+        return (("GW_WG", self.wg), ("GW_BN", self.bn))
 
 
-# speeds: TFLOP/s at the LM head's 1024 x 768 x 50257 (many waves), relative to 128 x 128
-# (scripts/check_wgmma.py: 82.9, 60.3, 60.5, 45.2)
-WG_TILES = (WgTile(2, 128, 1.0), WgTile(2, 64, 0.73), WgTile(1, 128, 0.72), WgTile(1, 64, 0.55))
+# Per variant; speeds: TFLOP/s at the LM head's 1024 x 768 x 50257 (many waves) relative to 128 x 128
+# (scripts/check_wgmma.py; tf32x3: 83.4, 59.6, 60.2, 45.2; tf32: 147.1, 133.5, 117.7, 100.8, 82.6).
+# tf32x3 has no 192-column tile: its part registers spill there (no faster).
+WG_TILES = {
+    "tf32x3": (WgTile(2, 128, 1.0), WgTile(2, 64, 0.72), WgTile(1, 128, 0.72), WgTile(1, 64, 0.54)),
+    "tf32": (WgTile(2, 192, 1.10), WgTile(2, 128, 1.0), WgTile(1, 128, 0.88), WgTile(2, 64, 0.76),
+             WgTile(1, 64, 0.62)),
+}
 
 
 def planes_of(variant: str) -> int:
@@ -249,15 +259,16 @@ def prepare_planes(w, variant: str, *, transposed: bool = False, stream=None, ou
     return out
 
 
-def pick_wg_tile(m: int, n: int, sms: int | None = None) -> WgTile:
-    """The wgmma tile with the least estimated time (one block per SM): whole waves of blocks."""
+def pick_wg_tile(variant: str, m: int, n: int, sms: int | None = None) -> WgTile:
+    """The variant's wgmma tile with the least estimated time (one block per SM): whole waves of blocks."""
     sms = sm_count() if sms is None else sms
-    return min(WG_TILES, key=lambda t: -(-(_cdiv(m, t.bm) * _cdiv(n, t.bn)) // sms) * t.bm * t.bn / t.speed)
+    return min(WG_TILES[variant],
+               key=lambda t: -(-(_cdiv(m, t.bm) * _cdiv(n, t.bn)) // sms) * t.bm * t.bn / t.speed)
 
 
 def gemm_planes(a, p: Planes, bias, out, *, epilogue="bias", residual=None, stream=None, tile=None):
     """out[M,N] = epi(a[M,K] @ W + bias[N]) on prepared planes (epilogue None: a @ W, no bias).
-    ``tile`` (one of WG_TILES) overrides pick_wg_tile, for tuning."""
+    ``tile`` (one of WG_TILES[variant]) overrides pick_wg_tile, for tuning."""
     if not isinstance(p, Planes):
         raise ValueError(f"p must be cuda_linear.Planes (see prepare_planes), got {type(p).__name__}")
     _check_array(a, "a", 2)
@@ -283,11 +294,11 @@ def gemm_planes(a, p: Planes, bias, out, *, epilogue="bias", residual=None, stre
         raise ValueError(f"the wgmma GEMM needs a compute capability 9.0 GPU; this one is "
                          f"{cp.cuda.Device().compute_capability}")
     if tile is None:
-        tile = pick_wg_tile(m, n)
-    elif tile not in WG_TILES:
-        raise ValueError(f"tile must be one of cuda_linear.WG_TILES, got {tile!r}")
+        tile = pick_wg_tile(p.variant, m, n)
+    elif tile not in WG_TILES[p.variant]:
+        raise ValueError(f"tile must be one of cuda_linear.WG_TILES[{p.variant!r}], got {tile!r}")
     stages = wgmma_stages(p.variant, tile)
-    defines = (("GW_WG", tile.wg), ("GW_BN", tile.bn), ("GW_STAGES", stages)) + _VARIANT_DEFINES[p.variant]
+    defines = tile.defines + (("GW_STAGES", stages),) + _VARIANT_DEFINES[p.variant]
     fn = kernel("gemm_wgmma", f"gemm_wg_{p.variant}_{suffix}", defines)
     grid = (_cdiv(m, tile.bm), _cdiv(n, tile.bn), 1)
     if grid[1] > 65535:

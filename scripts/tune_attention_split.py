@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Sweep the split-key prefill's chunk (key tiles per block) on the GPU:
+
+    python scripts/tune_attention_split.py [--seqs 1024,2048] [--heads 12,25]
+
+For each case (causal and not, both tensor-core variants): device time of attention_prefill with
+chunk 0 (the plain kernel) and a range of chunks, CUDA events, median of 20 bursts of 5; the
+chunk prefill_split_plan picks is marked *.
+"""
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import cupy as cp  # noqa: E402
+
+from gpt2block.backends import cuda_attention as A  # noqa: E402
+
+
+def median_us(f, reps=20, burst=5):
+    f()
+    cp.cuda.Device().synchronize()
+    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+    ts = []
+    for _ in range(reps):
+        e0.record()
+        for _ in range(burst):
+            f()
+        e1.record()
+        e1.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3 / burst)
+    return statistics.median(ts)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seqs", default="1024,2048")
+    ap.add_argument("--heads", default="12,25")
+    a = ap.parse_args()
+    for s in map(int, a.seqs.split(",")):
+        for h in map(int, a.heads.split(",")):
+            d = 64 * h
+            qkv = cp.random.standard_normal((s, 3 * d), dtype=cp.float32)
+            out = cp.empty((s, d), cp.float32)
+            for causal in (True, False):
+                for variant in ("tf32x3f", "tf32"):
+                    picked = A.prefill_split_plan(s, s, 0, causal, variant)[0]
+                    cells = []
+                    for chunk in (0, 2, 3, 4, 5, 6, 8, 10, 12, 16):
+                        if chunk >= -(-s // 64):
+                            continue
+                        us = median_us(lambda c=chunk: A.attention_prefill(
+                            qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:], out, n_head=h, s_q=s, s_kv=s,
+                            causal=causal, q_stride=3 * d, kv_stride=3 * d, variant=variant, chunk=c))
+                        cells.append(f"{chunk}{'*' if chunk == picked else ''}: {us:6.1f}")
+                    print(f"S={s} H={h} {'causal' if causal else 'full  '} {variant:7s} | " + " | ".join(cells),
+                          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
