@@ -88,4 +88,4 @@ def solve(x, output, weights, seq_len: int, precision: str = "fp32") -> None:
 
     from .backends.cuda import solve_device
 
-    solve_device(x, output, weights, seq_len, precision)
+    solve_device(x, output, weights, seq_len, precision, ptrs=(x0, o0, w0))

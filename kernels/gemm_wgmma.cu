@@ -29,8 +29,8 @@
 //             accumulates in the tensor core and keeps one tile's wgmmas in flight.
 //
 // Launch recipe (cuda_linear.gemm_planes): grid (ceil(M / GW_BM), ceil(N / GW_BN)), block
-// GW_THREADS = 128 * (GW_WG + 1), dynamic shared memory GW_SMEM_BYTES(planes) (about 224 KB at
-// 128 x 128, 4 stages, tf32x3: one block per SM).
+// GW_THREADS = 128 * (GW_WG + 1), dynamic shared memory GW_SMEM_BYTES(planes) (214,080 bytes at
+// 128 x 128, 4 stages, tf32x3: one block per SM; cuda_linear.wgmma_stages picks the most that fit).
 
 #include "common.cuh"
 #include "mma.cuh"
