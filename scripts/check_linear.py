@@ -116,9 +116,9 @@ def judge(name: str, ours: torch.Tensor, ref64: torch.Tensor, peer32: torch.Tens
 
 
 def gemm_case(variant: str, m: int, k: int, n: int, epilogue: str = "bias", nt: bool = False,
-              offset: int = 0, inplace: bool = False, seed: int = 0, planes: bool = False) -> Result:
+              offset: int = 0, inplace: bool = False, seed: int = 0, planes: bool = False, tile=None) -> Result:
     """Run gemm / gemm_nt once on fresh data and judge it; planes: the wgmma GEMM (gemm_planes)
-    on weight planes made here by prepare_planes."""
+    on weight planes made here by prepare_planes, on ``tile`` (one of L.WG_TILES[variant]) if given."""
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((m, k), dtype=np.float32)
     b = (rng.standard_normal((n, k) if nt else (k, n), dtype=np.float32) * 0.02).astype(np.float32)
@@ -133,7 +133,8 @@ def gemm_case(variant: str, m: int, k: int, n: int, epilogue: str = "bias", nt: 
         out_d = _upload(np.full((m, n), np.nan, dtype=np.float32), offset)
     if planes:
         p = L.prepare_planes(b_d, variant, transposed=nt)
-        L.gemm_planes(a_d, p, None if nt else bias_d, out_d, epilogue=None if nt else epilogue, residual=r_d)
+        L.gemm_planes(a_d, p, None if nt else bias_d, out_d, epilogue=None if nt else epilogue, residual=r_d,
+                      tile=tile)
     elif nt:
         L.gemm_nt(a_d, b_d, out_d, variant=variant)
     else:
@@ -147,7 +148,8 @@ def gemm_case(variant: str, m: int, k: int, n: int, epilogue: str = "bias", nt: 
     peer = torch_linear(t["a"], t["b"], t["bias"], epilogue, t["r"], nt)
     mode = "tf32" if variant == "tf32" else "fp32"
     what = "nt" if nt else epilogue
-    extra = (f" off{offset}" if offset else "") + (" inplace" if inplace else "") + (" planes" if planes else "")
+    extra = ((f" off{offset}" if offset else "") + (" inplace" if inplace else "") + (" planes" if planes else "")
+             + (f" {tile.bm}x{tile.bn}" if tile is not None else ""))
     return judge(f"gemm {variant:6s} {what:13s} M={m} K={k} N={n}{extra}", ours, ref64, peer, mode)
 
 

@@ -33,16 +33,23 @@ def profile_case(runner, batch: int, steps: int) -> list[str]:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             tok = runner.decode_greedy(cache, tok)
+    out = kernel_table(prof, steps)
+    out.append(out.pop()[:-1] + " per step in all (overlapping kernels count twice)")
+    return out + [f"  {graph_step_us(runner, cache):8.1f} us  graph replay per step, no host in between"]
+
+
+def kernel_table(prof, calls: int) -> list[str]:
+    """A torch.profiler run's CUDA kernels by device time per call, longest first, then their sum
+    (a line ending in ' kernel time:')."""
     rows, total = [], 0.0
     for e in prof.key_averages():
         us = getattr(e, "device_time_total", None)
         us = e.cuda_time_total if us is None else us
         if us > 0:
             total += us
-            rows.append((us / steps, e.count / steps, e.key[:60]))
+            rows.append((us / calls, e.count / calls, e.key[:70]))
     out = [f"  {us:8.1f} us  x{n:5.1f}  {name}" for us, n, name in sorted(rows, reverse=True)]
-    out.append(f"  {total / steps:8.1f} us  kernel time per step in all (overlapping kernels count twice)")
-    return out + [f"  {graph_step_us(runner, cache):8.1f} us  graph replay per step, no host in between"]
+    return out + [f"  {total / calls:8.1f} us  kernel time:"]
 
 
 def graph_step_us(runner, cache, reps: int = 200) -> float:

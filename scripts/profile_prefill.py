@@ -17,12 +17,14 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gpt2block  # noqa: E402
 from gpt2block.backends import make_runner  # noqa: E402
 from gpt2block.config import SIZES  # noqa: E402
 from gpt2block.layout import block_layout  # noqa: E402
 from gpt2block.weights import ModelWeights  # noqa: E402
+from profile_decode import kernel_table  # noqa: E402
 
 
 def profile(fn, calls: int) -> list[str]:
@@ -41,15 +43,8 @@ def profile(fn, calls: int) -> list[str]:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-    rows, total = [], 0.0
-    for e in prof.key_averages():
-        us = getattr(e, "device_time_total", None)
-        us = e.cuda_time_total if us is None else us
-        if us > 0:
-            total += us
-            rows.append((us / calls, e.count / calls, e.key[:70]))
-    out = [f"  {us:8.1f} us  x{n:5.1f}  {name}" for us, n, name in sorted(rows, reverse=True)]
-    out.append(f"  {total / calls:8.1f} us  kernel time per call in all")
+    out = kernel_table(prof, calls)
+    out.append(out.pop()[:-1] + " per call in all")
     out.append(f"  {wall:8.1f} us  wall time per call (host included, back to back)")
     return out
 

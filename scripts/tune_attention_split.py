@@ -4,35 +4,22 @@
     python scripts/tune_attention_split.py [--seqs 1024,2048] [--heads 12,25]
 
 For each case (causal and not, both tensor-core variants): device time of attention_prefill with
-chunk 0 (the plain kernel) and a range of chunks, CUDA events, median of 20 bursts of 5; the
-chunk prefill_split_plan picks is marked *.
+chunk 0 (the plain kernel) and a range of chunks (gpt2block.bench._device_median: behind a spin
+kernel, median of 20); the chunk prefill_split_plan picks is marked *. (The committed sweep,
+docs/bench/2026-11-21-v7/tune_attention_split.txt, timed bursts of 5 launches with events.)
 """
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cupy as cp  # noqa: E402
+import torch  # noqa: E402
 
 from gpt2block.backends import cuda_attention as A  # noqa: E402
-
-
-def median_us(f, reps=20, burst=5):
-    f()
-    cp.cuda.Device().synchronize()
-    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-    ts = []
-    for _ in range(reps):
-        e0.record()
-        for _ in range(burst):
-            f()
-        e1.record()
-        e1.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3 / burst)
-    return statistics.median(ts)
+from gpt2block.bench import _device_median  # noqa: E402
 
 
 def main() -> int:
@@ -52,9 +39,9 @@ def main() -> int:
                     for chunk in (0, 2, 3, 4, 5, 6, 8, 10, 12, 16):
                         if chunk >= -(-s // 64):
                             continue
-                        us = median_us(lambda c=chunk: A.attention_prefill(
+                        us = 1e3 * _device_median(torch, lambda c=chunk: A.attention_prefill(
                             qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:], out, n_head=h, s_q=s, s_kv=s,
-                            causal=causal, q_stride=3 * d, kv_stride=3 * d, variant=variant, chunk=c))
+                            causal=causal, q_stride=3 * d, kv_stride=3 * d, variant=variant, chunk=c), 20)
                         cells.append(f"{chunk}{'*' if chunk == picked else ''}: {us:6.1f}")
                     print(f"S={s} H={h} {'causal' if causal else 'full  '} {variant:7s} | " + " | ".join(cells),
                           flush=True)

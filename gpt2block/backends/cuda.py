@@ -434,29 +434,40 @@ def _pinned(shape: tuple, dtype) -> np.ndarray:
 
 # -- solve(): one non-causal block on the user's device buffers ------------------
 
-_solve_ws: dict[int, BlockWorkspace] = {}
+_solve_ws: dict[tuple, BlockWorkspace] = {}  # (device, d) -> the solve() workspace
 SOLVE_VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32")}
-SOLVE_GRAPHS_MAX = 16  # captured solve calls kept (least recently used dropped)
+SOLVE_GRAPHS_MAX = 16  # captured solve calls kept per device (least recently used dropped)
+SOLVE_SEEN_MAX = 4096  # keys remembered as run once (forgotten all at once beyond this)
 
 
 class _SolveGraphs:
-    """solve() calls as CUDA graphs, keyed on the buffers' addresses, seq_len and precision: a key's
-    first call runs eagerly (compiling kernels, sizing workspaces), its second is captured, later ones
-    replay it, so a call costs one graph launch instead of a dozen Python launches. A graph reads
-    x and the weights at replay, so new contents at the same addresses are picked up (the weight
-    planes are remade inside it from this call's weights). Everything runs on one private stream,
-    ordered after the caller's current stream and before its later work (events both ways)."""
+    """One device's solve() calls as CUDA graphs, keyed on the buffers' addresses, seq_len and
+    precision: a key's first call runs eagerly (compiling kernels, sizing workspaces), its second is
+    captured, later ones replay it, so a call costs one graph launch instead of a dozen Python
+    launches. A graph reads x and the weights at replay, so new contents at the same addresses are
+    picked up (the weight planes are remade inside it from this call's weights). Everything runs
+    on one private stream, ordered after the caller's current stream and before its later work
+    (events both ways); so the calls of a device run one after another, and they share one set of
+    weight planes per (variant, d), allocated outside any capture."""
 
     def __init__(self):
-        self.stream = None
-        self.graphs: "dict[tuple, tuple]" = {}  # key -> (graph, workspace, planes), oldest first
+        self.stream = cp.cuda.Stream(non_blocking=True)  # on the device current at construction
+        self.events = tuple(cp.cuda.Event(disable_timing=True) for _ in range(2))  # (ready, done)
+        self.graphs: "dict[tuple, tuple]" = {}  # key -> (graph, workspace), least recently used first
         self.seen: set = set()  # keys that ran eagerly once
-        self.events = None  # (ready, done): reused, each recorded once per call
+        self.planes: dict = {}  # (variant, d) -> {name: cuda_linear.Planes}
+
+    def block_planes(self, lay_views, variant: str, d: int) -> dict:
+        got = self.planes.get((variant, d))
+        if got is None:
+            p = cuda_linear.planes_of(variant)
+            got = self.planes[(variant, d)] = {
+                name: cuda_linear.Planes(cp.empty((p, lay_views[name].shape[1], lay_views[name].shape[0]),
+                                                  cp.float32), variant)
+                for name in MATRICES}
+        return got
 
     def _enter(self):
-        if self.stream is None:
-            self.stream = cp.cuda.Stream(non_blocking=True)
-            self.events = tuple(cp.cuda.Event(disable_timing=True) for _ in range(2))
         caller = cp.cuda.get_current_stream()
         self.events[0].record(caller)
         self.stream.wait_event(self.events[0])
@@ -466,55 +477,63 @@ class _SolveGraphs:
         self.events[1].record(self.stream)
         caller.wait_event(self.events[1])
 
-    def replay(self, key, d: int, rows: int) -> bool:
-        """Launch key's graph if it has one for the current workspace (nothing else is needed:
-        the fast path of a repeated call); False if not."""
+    def replay(self, key, ws: BlockWorkspace) -> bool:
+        """Launch key's graph if it has one for this workspace (the fast path of a repeated call:
+        nothing else is needed); False if not."""
         got = self.graphs.get(key)
-        ws = _solve_ws.get(d)
-        if got is None or got[1] is not ws or ws.rows < rows:
+        if got is None or got[1] is not ws:
             return False
+        self.graphs[key] = self.graphs.pop(key)  # now the most recently used
         caller = self._enter()
-        got[0].launch(self.stream)
-        self._leave(caller)
+        try:
+            got[0].launch(self.stream)
+        finally:
+            self._leave(caller)
         return True
 
     def run(self, key, ws: BlockWorkspace, body) -> None:
-        """body(planes_out, capture=, sizing=) queues the call's kernels on the current stream."""
+        """body() queues the call's kernels on the current stream (no allocation if run before)."""
         caller = self._enter()
-        got = self.graphs.pop(key, None)
-        if got is not None and got[1] is not ws:  # the workspace was regrown: the graph's rows are gone
-            got = None
-        with self.stream:
-            if got is not None:
-                got[0].launch(self.stream)
-            elif key in self.seen:
-                planes = body(None, capture=False, sizing=True)  # allocations, outside the capture
-                self.stream.synchronize()
-                self.stream.begin_capture()
-                try:
-                    body(planes, capture=True, sizing=False)
-                finally:
-                    graph = self.stream.end_capture()
-                got = (graph, ws, planes)
-                got[0].launch(self.stream)
-            else:
-                body(None, capture=False, sizing=False)
-                self.seen.add(key)
-        if got is not None:
-            self.graphs[key] = got
-            while len(self.graphs) > SOLVE_GRAPHS_MAX:
-                self.graphs.pop(next(iter(self.graphs)))
-        self._leave(caller)
+        try:
+            with self.stream:
+                got = self.graphs.pop(key, None)
+                if got is not None and got[1] is not ws:  # the workspace was regrown since the capture
+                    got = None
+                if got is None and key in self.seen:
+                    self.stream.synchronize()
+                    self.stream.begin_capture()
+                    try:
+                        body()
+                    except BaseException:
+                        self.seen.discard(key)  # run eagerly next time
+                        raise
+                    finally:
+                        graph = self.stream.end_capture()
+                    got = (graph, ws)
+                if got is not None:
+                    got[0].launch(self.stream)
+                    self.graphs[key] = got
+                    while len(self.graphs) > SOLVE_GRAPHS_MAX:
+                        self.graphs.pop(next(iter(self.graphs)))
+                else:
+                    body()
+                    if len(self.seen) >= SOLVE_SEEN_MAX:
+                        self.seen.clear()
+                    self.seen.add(key)
+        finally:
+            self._leave(caller)
 
 
-_solve_graphs = _SolveGraphs()
+_solve_graphs: dict[int, _SolveGraphs] = {}  # device -> its graphs
 
 
 def solve_workspace(rows: int, d: int) -> BlockWorkspace:
-    """The solve() workspace: allocated at the first call and regrown only for a longer seq_len."""
-    ws = _solve_ws.get(d)
+    """The current device's solve() workspace: allocated at the first call and regrown only for a
+    longer seq_len (a graph captured on the old one keeps it alive until it is dropped)."""
+    key = (cp.cuda.runtime.getDevice(), d)
+    ws = _solve_ws.get(key)
     if ws is None or ws.rows < rows:
-        ws = _solve_ws[d] = BlockWorkspace(rows, d)
+        ws = _solve_ws[key] = BlockWorkspace(rows, d)
     return ws
 
 
@@ -525,9 +544,14 @@ def solve_device(x, output, weights, seq_len: int, precision: str = "fp32", d: i
     call then replays its graph without touching the arrays."""
     if precision not in SOLVE_VARIANTS:
         raise ValueError(f"solve() runs precision fp32 or tf32 (bf16 is a decode weight mode); got {precision!r}")
-    if ptrs is not None and _solve_graphs.replay((cp.cuda.runtime.getDevice(),) + tuple(ptrs) + (seq_len, precision),
-                                                 d, seq_len):
-        return
+    dev = cp.cuda.runtime.getDevice()
+    graphs = _solve_graphs.get(dev)
+    if graphs is None:
+        graphs = _solve_graphs[dev] = _SolveGraphs()
+    if ptrs is not None:
+        ws = _solve_ws.get((dev, d))
+        if ws is not None and ws.rows >= seq_len and graphs.replay((dev,) + tuple(ptrs) + (seq_len, precision), ws):
+            return
     gemm_variant, attn_variant = SOLVE_VARIANTS[precision]
     xa = cp.asarray(x).reshape(seq_len, d)
     out = cp.asarray(output).reshape(seq_len, d)
@@ -535,24 +559,20 @@ def solve_device(x, output, weights, seq_len: int, precision: str = "fp32", d: i
     w = block_layout(d).views(wflat)
     ws = solve_workspace(seq_len, d)
     n_head = d // HEAD_DIM
-    wgmma = seq_len > cuda_linear.GEMV_MAX_M and cuda_linear.wgmma_available()
+    # the wgmma GEMM's weight planes, remade from this call's weights by every call (they may change)
+    planes = None
+    if seq_len > cuda_linear.GEMV_MAX_M and cuda_linear.wgmma_available():
+        planes = graphs.block_planes(w, gemm_variant, d)
 
     def attend(qkv, att):
         cuda_attention.attention_prefill(
             qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:], att, n_head=n_head, s_q=seq_len, s_kv=seq_len,
             causal=False, q_start=0, q_stride=3 * d, kv_stride=3 * d, variant=attn_variant)
 
-    def body(planes, capture: bool, sizing: bool):
-        # the wgmma GEMM's weight planes are made from this call's weights (they may change between
-        # calls); sizing: only allocate them (the graph's own buffers) and return them
-        if wgmma:
-            planes = prepare_block_planes(w, gemm_variant, out=planes)
-        if sizing:
-            return planes
+    def body():
+        if planes is not None:
+            prepare_block_planes(w, gemm_variant, out=planes)
         # x is only read; the residual stream after attention lives in output
-        run_block(w, xa, ws, seq_len, eps=1e-5, gemm_variant=gemm_variant, attend=attend, out=out,
-                  planes=planes if wgmma else None)
-        return planes
+        run_block(w, xa, ws, seq_len, eps=1e-5, gemm_variant=gemm_variant, attend=attend, out=out, planes=planes)
 
-    key = (cp.cuda.runtime.getDevice(), xa.data.ptr, out.data.ptr, wflat.data.ptr, seq_len, precision)
-    _solve_graphs.run(key, ws, body)
+    graphs.run((dev, xa.data.ptr, out.data.ptr, wflat.data.ptr, seq_len, precision), ws, body)

@@ -148,7 +148,9 @@ def attention_prefill(q, k, v, out, *, n_head: int, s_q: int, s_kv: int, causal:
         chunk, splits = prefill_split_plan(s_q, s_kv, q_start, bool(causal), variant)
     else:
         chunk = _int("chunk", chunk, 0)
-        splits = max(-(-n // chunk) for n in _tiles_needed(s_q, s_kv, q_start, bool(causal))) if chunk else 1
+        splits = _splits(_tiles_needed(s_q, s_kv, q_start, bool(causal)), chunk) if chunk else 1
+        if splits > 65535:
+            raise ValueError(f"chunk = {chunk} gives {splits} splits, more than a grid's 65535")
     if chunk:
         name = SPLIT_KERNELS[variant]
         scratch = _split_scratch(grid[0] * n_head * splits, grid[0] * n_head, stream)
@@ -166,12 +168,17 @@ def _tiles_needed(s_q: int, s_kv: int, q_start: int, causal: bool) -> list[int]:
     return out
 
 
+def _splits(tiles: list[int], chunk: int) -> int:
+    """The most splits of any query tile (grid.z) at ``chunk`` key tiles per block."""
+    return max(-(-n // chunk) for n in tiles)
+
+
 @functools.lru_cache(maxsize=256)
 def prefill_split_plan(s_q: int, s_kv: int, q_start: int, causal: bool, variant: str) -> tuple[int, int]:
     """(chunk, splits) of the split-key prefill: at most ``chunk`` key tiles per block (a query tile
     of n key tiles in ceil(n / chunk) splits of balanced length), ``splits`` the most of any tile
-    (grid.z); (0, 1): the plain kernel. The longest query tile in four splits of at least 4 key
-    tiles, where its key tiles number 8 to 32 (S = 512 .. 2048: what was measured; tf32 only for
+    (grid.z); (0, 1): the plain kernel. The longest query tile in at most four splits of at least 4
+    key tiles, where its key tiles number 8 to 32 (S = 512 .. 2048: what was measured; tf32 only for
     causal, its non-causal 2048 was slower split). scripts/tune_attention_split.py at S = 1024,
     12 heads, tf32x3f: causal 139 -> 86 us, non-causal 140 -> 123 us."""
     tiles = _tiles_needed(s_q, s_kv, q_start, causal)
@@ -179,7 +186,7 @@ def prefill_split_plan(s_q: int, s_kv: int, q_start: int, causal: bool, variant:
     if not 8 <= longest <= 32 or (variant == "tf32" and not causal):
         return 0, 1
     chunk = max(4, -(-longest // 4))
-    return chunk, max(-(-n // chunk) for n in tiles)
+    return chunk, _splits(tiles, chunk)
 
 
 class _SplitScratch:
@@ -202,8 +209,9 @@ def _split_scratch(slots: int, tiles: int, stream=None) -> _SplitScratch:
     if got is None or got.slots < slots or got.tiles < tiles:
         if got is not None:
             _retired.append(got)
-        got = _split_scratches[key] = _SplitScratch(max(slots, got.slots if got else 0),
-                                                    max(tiles, got.tiles if got else 0))
+        with s:  # the tickets are zeroed on the stream the kernels run on
+            got = _split_scratches[key] = _SplitScratch(max(slots, got.slots if got else 0),
+                                                        max(tiles, got.tiles if got else 0))
     return got
 
 

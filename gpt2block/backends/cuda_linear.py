@@ -1,6 +1,6 @@
-"""Launching the matrix kernels: GEMM (kernels/gemm_wgmma.cu on H100 / H200, kernels/gemm.cu
-elsewhere) for prefill and solve, GEMV (kernels/gemv.cu) for decode, and the choice between them
-(``linear``).
+"""Launching the matrix kernels: GEMM for prefill and solve (kernels/gemm.cu on the weights as
+stored; kernels/gemm_wgmma.cu on weight planes, compute capability 9.0 only), GEMV
+(kernels/gemv.cu) for decode, and the choice between them (``linear``).
 
 All arguments are CuPy arrays on the current device, C-contiguous (views are fine). Every
 function checks shapes, dtypes, contiguity and aliasing and raises ValueError naming the
@@ -13,7 +13,8 @@ argument before anything is launched. Nothing here synchronizes the stream.
     gemv(x, w, bias, out)      the same as gemm for M <= GEMV_MAX_M; w float32 or bf16 bits
     gemv_nt(x, w, out, ...)    the same as gemm_nt for M <= GEMV_MAX_M, with optional bias / GELU /
                                residual epilogues and a fused input LayerNorm (the decode layout)
-    linear / linear_nt         pick gemv or gemm from M and the weights' dtype
+    linear / linear_nt         pick gemv or gemm from M and the weights' dtype (linear: gemm_planes
+                               where given planes)
 
 Variants of the GEMM arithmetic (VARIANTS): ``tf32x3`` (3-pass split TF32, fp32-level
 accuracy: the fp32 precision mode), ``tf32`` (one TF32 pass). ``linear`` sends M <= GEMV_MAX_M
@@ -235,6 +236,14 @@ class Planes:
     (hi) and, for tf32x3, the tf32 rounding of what hi leaves (lo). Made by prepare_planes."""
 
     def __init__(self, data, variant: str):
+        _check_variant(variant)
+        _check_array(data, "planes data", 3)
+        want = planes_of(variant)
+        if data.shape[0] != want:
+            raise ValueError(f"planes data of variant {variant!r} must have {want} plane(s); got shape {data.shape}")
+        if data.shape[2] % 4 or data.data.ptr % 16:
+            raise ValueError(f"planes data must have K % 4 == 0 and be 16-byte aligned (shape {data.shape}, "
+                             f"address {data.data.ptr:#x})")
         self.data, self.variant = data, variant
         self.n, self.k = int(data.shape[1]), int(data.shape[2])
 

@@ -44,6 +44,36 @@ def test_prefill_cache_layout_noncausal(chk, torch_cuda, s):
     _assert_all(chk.check_prefill(torch_cuda, np.random.default_rng(s), s, 768, False, 0, 1.0, layout="cache"))
 
 
+@pytest.mark.parametrize("variant", ["tf32x3f", "tf32"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_prefill_split_keys_agree_and_repeat(cp, variant, causal):
+    """The split-key kernels at any chunk (1 = one key tile per block, up to 16 splits) agree with the
+    plain kernel (chunk 0) to rounding and repeat bit for bit (the combine runs in split order)."""
+    from gpt2block.backends import cuda_attention as ca
+
+    s, d = 1023, 768
+    qkv = cp.asarray(np.random.default_rng(5).standard_normal((s, 3 * d)).astype(np.float32))
+
+    def run(chunk):
+        out = cp.full((s, d), cp.nan, cp.float32)
+        ca.attention_prefill(qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:], out, n_head=d // 64, s_q=s, s_kv=s,
+                             causal=causal, q_stride=3 * d, kv_stride=3 * d, variant=variant, chunk=chunk)
+        return out
+
+    base = run(0)
+    assert bool(cp.isfinite(base).all())
+    scale = float(cp.abs(base).max())
+    for chunk in (1, 2, 3, 5, 16, None):
+        a, b = run(chunk), run(chunk)
+        assert bool(cp.isfinite(a).all()), f"chunk {chunk}: unwritten outputs"
+        assert bool((a == b).all()), f"chunk {chunk}: two runs differ"
+        tol = 1e-5 if variant == "tf32x3f" else 2e-3
+        assert float(cp.abs(a - base).max()) <= tol * scale, f"chunk {chunk}: differs from the plain kernel"
+    with pytest.raises(ValueError, match="no split-key kernel"):
+        ca.attention_prefill(qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:], base, n_head=d // 64, s_q=s, s_kv=s,
+                             causal=causal, q_stride=3 * d, kv_stride=3 * d, variant="f32", chunk=2)
+
+
 DECODE = [  # (lengths, d, scale, n_ctx, tight max_len)
     ([1], 768, 1.0, 1024, False), ([1024], 1600, 1.0, 1024, False), ([1, 7, 300], 768, 1.0, 1024, True),
     ([1, 7, 300, 1024, 1024, 300, 7, 1], 768, 1.0, 1024, False), ([1024, 300, 7], 1024, 10.0, 1024, False),

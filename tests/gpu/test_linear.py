@@ -145,6 +145,15 @@ def test_gemm_planes_accuracy(checks, wgmma, case):
 
 
 @pytest.mark.parametrize("variant", ["tf32x3", "tf32"])
+def test_gemm_planes_every_tile(checks, wgmma, variant):
+    """Every wgmma tile of the variant (the engine picks some only at shapes the cases above lack)."""
+    for i, tile in enumerate(wgmma.WG_TILES[variant]):
+        for m, k, n, epi in ((130, 772, 1000, "bias_gelu"), (65, 64, 200, "bias_residual")):
+            res = checks.gemm_case(variant, m, k, n, epilogue=epi, seed=100 * i + m, planes=True, tile=tile)
+            assert res.ok, res.line()
+
+
+@pytest.mark.parametrize("variant", ["tf32x3", "tf32"])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_prepare_planes_splits_exactly(wgmma, variant, transposed):
     """hi = W rounded to tf32 (13 low bits zero, nearest), lo = (W - hi) rounded likewise; [planes, N, K]."""
@@ -195,6 +204,12 @@ def test_gemm_planes_bad_arguments(wgmma):
         L.gemm_planes(a, p, bias, p.data.reshape(-1)[: 16 * 12].reshape(16, 12))
     with pytest.raises(ValueError, match="prepared for variant 'tf32x3', not 'tf32'"):
         L.linear(a, cp.zeros((8, 12), cp.float32), bias, out, variant="tf32", planes=p)
+    with pytest.raises(ValueError, match="must have 2 plane"):
+        L.Planes(cp.zeros((1, 12, 8), cp.float32), "tf32x3")
+    with pytest.raises(ValueError, match="K % 4 == 0"):
+        L.Planes(cp.zeros((1, 12, 6), cp.float32), "tf32")
+    with pytest.raises(ValueError, match="tile must be one of"):
+        L.gemm_planes(a, p, bias, out, tile=L.WG_TILES["tf32"][0])  # 192 columns: tf32 only
 
 
 @pytest.mark.parametrize("case", GEMV_CASES, ids=[_case_id(c) for c in GEMV_CASES])

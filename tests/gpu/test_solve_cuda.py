@@ -71,10 +71,28 @@ def test_solve_cupy_arrays_and_x_untouched(torch_cuda, cp):
     gpt2block.solve(xc, out, wc, s)
     torch.testing.assert_close(torch.as_tensor(out.get()), torch_block(x, w).cpu(), atol=1e-3, rtol=1e-3)
     assert (xc == x_before).all()
-    # the same call twice gives the same bits (no races, no atomics)
+    # the same call twice gives the same bits (no races; the split attention's combine is ordered)
     out2 = cp.full((s, 768), cp.nan, cp.float32)
     gpt2block.solve(xc, out2, wc, s)
     assert (out == out2).all()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+def test_solve_repeats_bit_for_bit_eager_captured_replayed(torch_cuda, cp, precision):
+    """seq_len 1024 (split-key attention, wgmma GEMMs): the eager call, the captured one and two
+    replays of the same buffers give the same bits."""
+    torch = torch_cuda
+    s, x, w = _case(torch, 1024, True, seed=11)
+    outs = []
+    out = torch.empty_like(x)
+    for _ in range(4):
+        out.fill_(float("nan"))
+        gpt2block.solve(x, out, w, s, precision=precision)
+        torch.cuda.synchronize()
+        outs.append(out.clone())
+    assert torch.isfinite(outs[0]).all()
+    for o in outs[1:]:
+        assert torch.equal(o, outs[0])
 
 
 def test_solve_rejects_bad_device_arguments(torch_cuda, cp):
@@ -113,9 +131,14 @@ def test_solve_repeated_calls_see_new_contents(torch_cuda, precision, seq_len):
         w.copy_(challenge_weights(torch, biases=True, gen=gen))
         out.fill_(float("nan"))
         gpt2block.solve(x, out, w, seq_len, precision=precision)
-        if call == 1:  # another shape in between regrows the solve workspace
-            x2 = torch.rand(300, 768, device="cuda")
-            gpt2block.solve(x2, torch.empty_like(x2), w, 300, precision=precision)
+        if call == 1:  # a longer call in between regrows the solve workspace (longer than any so far)
+            from gpt2block.backends import cuda as cuda_backend
+
+            rows = max([ws.rows for ws in cuda_backend._solve_ws.values()] + [seq_len]) + 64
+            before = cuda_backend.solve_workspace(1, 768)
+            x2 = torch.rand(rows, 768, device="cuda")
+            gpt2block.solve(x2, torch.empty_like(x2), w, rows, precision=precision)
+            assert cuda_backend.solve_workspace(1, 768) is not before
         torch.cuda.synchronize()
         ref32, ours, peer = _errors(torch, x, w, out)
         assert torch.isfinite(out).all(), f"call {call}: output has unwritten (NaN) elements"
