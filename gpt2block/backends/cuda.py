@@ -457,14 +457,11 @@ class _SolveGraphs:
         self.seen: set = set()  # keys that ran eagerly once
         self.planes: dict = {}  # (variant, d) -> {name: cuda_linear.Planes}
 
-    def block_planes(self, lay_views, variant: str, d: int) -> dict:
+    def block_planes(self, w, variant: str, d: int) -> dict:
+        """The device's planes for (variant, d), made at the first call (outside any capture)."""
         got = self.planes.get((variant, d))
         if got is None:
-            p = cuda_linear.planes_of(variant)
-            got = self.planes[(variant, d)] = {
-                name: cuda_linear.Planes(cp.empty((p, lay_views[name].shape[1], lay_views[name].shape[0]),
-                                                  cp.float32), variant)
-                for name in MATRICES}
+            got = self.planes[(variant, d)] = prepare_block_planes(w, variant)
         return got
 
     def _enter(self):
