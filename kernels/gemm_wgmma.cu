@@ -2,9 +2,11 @@
 // NVRTC or nvcc with -arch=sm_90a), with the weight operand prepared once ("planes").
 //
 //   C[M,N] = epilogue(A[M,K] @ W + bias[N])     gemm_wg_<variant>_<bias | bias_gelu | bias_residual | nt>
-// where W is given as planes P [PLANES, N, K] (k-major, W transposed): P[0] = tf32 hi part of W^T,
-// P[1] (tf32x3) = tf32 lo part, both rounded to nearest (gemm_wg_split_planes_* below makes them
-// from W [K, N] or W^T [N, K]). nt is the plain product (no bias): the tied LM head, W^T = wte.
+// where W is given as planes P [PLANES, N, KP] (k-major, W transposed): P[0] = tf32 hi part of W^T,
+// P[1] (tf32x3) = tf32 lo part, both rounded to nearest, each row's 32-wide k tiles in the order of
+// A's register fragments (gw_plane_col) and zero-padded to KP = whole k tiles (gemm_wg_split_planes_*
+// below makes them from W [K, N] or W^T [N, K]). nt is the plain product (no bias): the tied LM head,
+// W^T = wte.
 // variant: tf32x3 (A split x = hi + lo in the kernel; lo*hi' + hi*lo' + hi*hi': fp32-level
 // accuracy) or tf32 (one pass, A rounded to tf32 in the kernel: left to the tensor core, which
 // reads the top 19 bits, A's truncation measured 400-1000x torch fp32's error, twice rounding's).
@@ -18,19 +20,24 @@
 //             copies A's GW_BM x 32 and the planes' GW_BN x 32 into it with cp.async, 16 bytes per
 //             copy, into wgmma's k-major 128-byte-swizzle layout, and has the copies' completion
 //             arrive on full[s] (GW_STAGES slots in the ring);
-//   consumer: waits on full[s]; rounds its 64 rows of A to tf32 in place (hi) and, for tf32x3,
-//             stores the rounded remainder (lo) into a buffer of its own; then one wgmma m64nGW_BNk8 per k8 step and pass, summing
-//             the tile's 12 products from zero into `part` in the tensor core (which truncates as
-//             it accumulates: summing all of K there measured 95-125x torch fp32's error, version
-//             6), waits for them, arrives on empty[s] and adds part to the fp32 accumulators with
-//             FADDs. (Adding part one tile later, behind the next tile's wgmmas, makes ptxas
-//             serialize every wgmma: it reads registers of the wgmma pipeline.) While one consumer
-//             splits, waits and adds, the other's wgmmas keep the tensor cores busy. tf32
-//             accumulates in the tensor core and keeps one tile's wgmmas in flight.
+//   consumer: waits on full[s]; loads its 64 rows of A from the stage straight into wgmma's
+//             register fragments (four 16-byte loads per thread: the planes' k order makes a
+//             thread's 8 values of a row adjacent) and rounds them to tf32 (hi) or splits them
+//             (hi + lo) there; then one wgmma m64nGW_BNk8 per k8 step and pass with A from
+//             registers and B from the stage. tf32x3 sums the tile's 12 products from zero into
+//             `part` in the tensor core (which truncates as it accumulates: summing all of K there
+//             measured 95-125x torch fp32's error, version 6), waits for them, arrives on empty[s]
+//             and adds part to the fp32 accumulators with FADDs. (Adding part one tile later,
+//             behind the next tile's wgmmas, makes ptxas serialize every wgmma: it reads registers
+//             of the wgmma pipeline.) While one consumer loads, waits and adds, the other's wgmmas
+//             keep the tensor cores busy. tf32 accumulates in the tensor core and keeps one tile's
+//             wgmmas in flight (two fragment register sets).
+//   (Version 7 rounded / split A in shared memory and read it with descriptors: shared memory
+//   bandwidth ran out; fragments in registers measured +20-28% on tf32x3, docs/PERFORMANCE.md v8.)
 //
 // Launch recipe (cuda_linear.gemm_planes): grid (ceil(M / GW_BM), ceil(N / GW_BN)), block
-// GW_THREADS = 128 * (GW_WG + 1), dynamic shared memory GW_SMEM_BYTES(planes) (214,080 bytes at
-// 128 x 128, 4 stages, tf32x3: one block per SM; cuda_linear.wgmma_stages picks the most that fit).
+// GW_THREADS = 128 * (GW_WG + 1), dynamic shared memory GW_SMEM_BYTES(planes) (cuda_linear.wgmma_stages
+// picks the most stages, up to 8, that fit one block per SM).
 
 #include "common.cuh"
 #include "mma.cuh"
@@ -40,8 +47,9 @@
 #define GW_WG 2  // consumer warpgroups: block rows = 64 * GW_WG
 #endif
 #ifndef GW_BN
-#define GW_BN 128  // block columns: 64, 128 or 192 (the wgmma's N; 192 for tf32: with tf32x3's part
-                   // registers two consumers spill at ptxas' 168-register cap of a 384-thread block)
+#define GW_BN 128  // block columns: 48, 64, 128 or 192 (the wgmma's N; 192 for tf32 only: with
+                   // tf32x3's part registers two consumers spill at ptxas' 168-register cap of a
+                   // 384-thread block)
 #endif
 #ifndef GW_STAGES
 #define GW_STAGES 4  // ring slots
@@ -52,9 +60,8 @@
 #define GW_THREADS (128 * GW_WG + GW_PT)   // consumers, then the producer
 #define GW_ROW 128                        // bytes per tile row
 #define GW_STAGE_BYTES(planes) ((GW_BM + (planes) * GW_BN) * GW_ROW)
-#define GW_LO_BYTES(planes) ((planes) == 2 ? GW_WG * 64 * GW_ROW : 0)  // A lo, per consumer
 #define GW_SMEM_BYTES(planes) \
-    (GW_STAGES * GW_STAGE_BYTES(planes) + GW_LO_BYTES(planes) + 16 * GW_STAGES + 1024)
+    (GW_STAGES * GW_STAGE_BYTES(planes) + 16 * GW_STAGES + 1024)
 
 // ---------------------------------------------------------------------------------------------
 // wgmma and the async proxy exist only on the sm_90a target (__CUDA_ARCH_FEAT_SM90_ALL).
@@ -102,92 +109,113 @@ __device__ __forceinline__ void wgmma_pin(float (&d)[N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// d[32] (+)= A[64 x 8] * B[8 x 64] from the descriptors' shared-memory tiles; scale_d 0 ignores d.
-__device__ __forceinline__ void wgmma_tf32_m64n64k8(float (&d)[32], unsigned long long a_desc,
-                                                   unsigned long long b_desc, int scale_d) {
+// d[24] (+)= A[64 x 8] * B[8 x 48], A from registers (a: this thread's m64k8 fragment, see
+// gemm_wg_body), B from its descriptor's shared-memory tile; scale_d 0 ignores d.
+__device__ __forceinline__ void wgmma_tf32_rs_m64n48k8(float (&d)[24], const unsigned (&a)[4],
+                                                     unsigned long long b_desc, int scale_d) {
     GW_ASM(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n48k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        "%16, %17, %18, %19, %20, %21, %22, %23"
+        "}, {%24, %25, %26, %27}, %28, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+          "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+          "+f"(d[22]), "+f"(d[23])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d));
+}
+
+// d[32] (+)= A[64 x 8] * B[8 x 64], A from registers (a: this thread's m64k8 fragment, see
+// gemm_wg_body), B from its descriptor's shared-memory tile; scale_d 0 ignores d.
+__device__ __forceinline__ void wgmma_tf32_rs_m64n64k8(float (&d)[32], const unsigned (&a)[4],
+                                                     unsigned long long b_desc, int scale_d) {
+    GW_ASM(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19,\n"
-        "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
-          "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
-          "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
-          "+f"(d[31])
-        : "l"(a_desc), "l"(b_desc), "r"(scale_d));
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+          "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+          "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+          "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d));
 }
 
-// d[64] (+)= A[64 x 8] * B[8 x 128] from the descriptors' shared-memory tiles; scale_d 0 ignores d.
-__device__ __forceinline__ void wgmma_tf32_m64n128k8(float (&d)[64], unsigned long long a_desc,
-                                                   unsigned long long b_desc, int scale_d) {
+// d[64] (+)= A[64 x 8] * B[8 x 128], A from registers (a: this thread's m64k8 fragment, see
+// gemm_wg_body), B from its descriptor's shared-memory tile; scale_d 0 ignores d.
+__device__ __forceinline__ void wgmma_tf32_rs_m64n128k8(float (&d)[64], const unsigned (&a)[4],
+                                                     unsigned long long b_desc, int scale_d) {
     GW_ASM(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19,\n"
-        "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37,\n"
-        "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        "%56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
-          "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
-          "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
-          "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-          "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-          "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
-          "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
-          "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a_desc), "l"(b_desc), "r"(scale_d));
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+          "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+          "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+          "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+          "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d));
 }
 
-// d[96] (+)= A[64 x 8] * B[8 x 192] from the descriptors' shared-memory tiles; scale_d 0 ignores d.
-__device__ __forceinline__ void wgmma_tf32_m64n192k8(float (&d)[96], unsigned long long a_desc,
-                                                    unsigned long long b_desc, int scale_d) {
+// d[96] (+)= A[64 x 8] * B[8 x 192], A from registers (a: this thread's m64k8 fragment, see
+// gemm_wg_body), B from its descriptor's shared-memory tile; scale_d 0 ignores d.
+__device__ __forceinline__ void wgmma_tf32_rs_m64n192k8(float (&d)[96], const unsigned (&a)[4],
+                                                     unsigned long long b_desc, int scale_d) {
     GW_ASM(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17,\n"
-        "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35,\n"
-        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53,\n"
-        "%54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71,\n"
-        "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89,\n"
-        "%90, %91, %92, %93, %94, %95"
-        "}, %96, %97, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-          "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
-          "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
-          "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
-          "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-        : "l"(a_desc), "l"(b_desc), "r"(scale_d));
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,\n"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,\n"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+        "}, {%96, %97, %98, %99}, %100, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+          "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+          "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+          "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+          "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]),
+          "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+          "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),
+          "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),
+          "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d));
 }
 
 template <int N>
-__device__ __forceinline__ void wgmma_tf32(float (&d)[N / 2], unsigned long long a, unsigned long long b, int scale_d);
+__device__ __forceinline__ void wgmma_tf32_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long b, int scale_d);
 template <>
-__device__ __forceinline__ void wgmma_tf32<64>(float (&d)[32], unsigned long long a, unsigned long long b, int s) {
-    wgmma_tf32_m64n64k8(d, a, b, s);
+__device__ __forceinline__ void wgmma_tf32_rs<48>(float (&d)[24], const unsigned (&a)[4], unsigned long long b, int s) {
+    wgmma_tf32_rs_m64n48k8(d, a, b, s);
 }
 template <>
-__device__ __forceinline__ void wgmma_tf32<128>(float (&d)[64], unsigned long long a, unsigned long long b, int s) {
-    wgmma_tf32_m64n128k8(d, a, b, s);
+__device__ __forceinline__ void wgmma_tf32_rs<64>(float (&d)[32], const unsigned (&a)[4], unsigned long long b, int s) {
+    wgmma_tf32_rs_m64n64k8(d, a, b, s);
 }
 template <>
-__device__ __forceinline__ void wgmma_tf32<192>(float (&d)[96], unsigned long long a, unsigned long long b, int s) {
-    wgmma_tf32_m64n192k8(d, a, b, s);
+__device__ __forceinline__ void wgmma_tf32_rs<128>(float (&d)[64], const unsigned (&a)[4], unsigned long long b, int s) {
+    wgmma_tf32_rs_m64n128k8(d, a, b, s);
+}
+template <>
+__device__ __forceinline__ void wgmma_tf32_rs<192>(float (&d)[96], const unsigned (&a)[4], unsigned long long b, int s) {
+    wgmma_tf32_rs_m64n192k8(d, a, b, s);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -225,20 +253,20 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
     constexpr int PLANES = PASSES == 3 ? 2 : 1;
     constexpr int NACC = GW_BN / 2;  // accumulators per thread (m64 x GW_BN / 128)
     constexpr unsigned STAGE = GW_STAGE_BYTES(PLANES), A_BYTES = GW_BM * GW_ROW, B_BYTES = GW_BN * GW_ROW;
-    static_assert(GW_BN == 64 || GW_BN == 128 || GW_BN == 192, "GW_BN must be 64, 128 or 192");
+    static_assert(GW_BN == 48 || GW_BN == 64 || GW_BN == 128 || GW_BN == 192, "GW_BN must be 48, 64, 128 or 192");
     static_assert(GW_WG == 1 || GW_WG == 2, "GW_WG must be 1 or 2");
 
     extern __shared__ float4 gw_smem4[];
     const unsigned raw = smem_u32(gw_smem4);
     const unsigned ring = raw + ((1024u - (raw & 1023u)) & 1023u);  // stages, from a 1024-byte boundary
-    const unsigned lo_ring = ring + GW_STAGES * STAGE;                // [GW_WG][64 rows] A lo (tf32x3)
-    const unsigned bars = lo_ring + GW_LO_BYTES(PLANES);              // full[GW_STAGES], empty[GW_STAGES]
+    const unsigned bars = ring + GW_STAGES * STAGE;                   // full[GW_STAGES], empty[GW_STAGES]
     auto full = [&](int s) { return bars + 8u * s; };
     auto empty = [&](int s) { return bars + 8u * (GW_STAGES + s); };
 
     const int tid = threadIdx.x, wg = tid >> 7;
     const int m0 = blockIdx.x * GW_BM, n0 = blockIdx.y * GW_BN;
     const int KT = (K + GW_BK - 1) / GW_BK;
+    const int KP = KT * GW_BK;  // the planes' row length (whole k tiles)
 
     if (tid == 0) {
         for (int s = 0; s < GW_STAGES; ++s) {
@@ -265,11 +293,11 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
 #pragma unroll
             for (int i = 0; i < GW_BN * 8 / GW_PT; ++i) {  // planes' rows n0..
                 const int c = pt + GW_PT * i, r = c >> 3, ch = c & 7, k = k0 + 4 * ch;
-                const bool ok = n0 + r < N && k < K;
-                const float* src = ok ? P + (long long)(n0 + r) * K + k : P;
+                const bool ok = n0 + r < N && k < KP;
+                const float* src = ok ? P + (long long)(n0 + r) * KP + k : P;
                 cp_async16_u32(st + A_BYTES + gw_chunk_offset(r, ch), src, ok ? 16 : 0);
                 if (PLANES == 2)
-                    cp_async16_u32(st + A_BYTES + B_BYTES + gw_chunk_offset(r, ch), ok ? src + (long long)N * K : P,
+                    cp_async16_u32(st + A_BYTES + B_BYTES + gw_chunk_offset(r, ch), ok ? src + (long long)N * KP : P,
                                    ok ? 16 : 0);
             }
             mbar_arrive_cp_async(full(s));
@@ -285,61 +313,78 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
 #pragma unroll
     for (int i = 0; i < NACC; ++i) acc[i] = 0.0f;
 
-    for (int kt = 0; kt < KT; ++kt) {
-        const int s = kt % GW_STAGES;
-        mbar_wait(full(s), (kt / GW_STAGES) & 1);
-        const unsigned a_hi = ring + s * STAGE + wg * 64 * GW_ROW;  // this warpgroup's 64 rows
-        const unsigned b_hi = ring + s * STAGE + A_BYTES, b_lo = b_hi + B_BYTES;
-        const unsigned a_lo = lo_ring + wg * 64 * GW_ROW;
-        {
-            // round (tf32) or split (tf32x3) in place: 64 rows x 128 bytes = 512 chunks, 4 per thread
-            // (elementwise, so the swizzled positions need no unswizzling)
+    // A's fragments straight from the stage into registers. The m64k8 register fragment of wgmma
+    // (.tf32) gives thread (w, g = lane / 4, t = lane % 4) rows 16w + g (+ 8) at k positions t and
+    // t + 4 of each k8 step; the planes hold, at position p = 8 kk + 4 e + t of a k tile, column
+    // 8 t + 2 kk + e (gw_plane_pos), so the thread's 8 values of a row (kk = 0..3, e = 0..1) are
+    // A's columns 8t .. 8t + 7: two 16-byte loads per row (conflict-free under the swizzle).
+    const int fr = (ct >> 5) * 16 + ((ct & 31) >> 2), ft = ct & 3;
+    auto load_frags = [&](unsigned a_wg, unsigned (&hi)[4][4], unsigned (&lo)[4][4]) {
+        float v[2][8];
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const unsigned off = (ct + 128 * j) * 16;
-                float4 v;
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int c = 0; c < 2; ++c)
                 asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                             : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a_hi + off));
-                const uint4 h = make_uint4(tf32_rna_bits(v.x), tf32_rna_bits(v.y), tf32_rna_bits(v.z),
-                                           tf32_rna_bits(v.w));
-                asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a_hi + off), "r"(h.x), "r"(h.y),
-                             "r"(h.z), "r"(h.w) : "memory");
-                if (PASSES == 1) continue;
-                const uint4 l = make_uint4(
-                    tf32_rna_bits(v.x - __uint_as_float(h.x)), tf32_rna_bits(v.y - __uint_as_float(h.y)),
-                    tf32_rna_bits(v.z - __uint_as_float(h.z)), tf32_rna_bits(v.w - __uint_as_float(h.w)));
-                asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a_lo + off), "r"(l.x), "r"(l.y),
-                             "r"(l.z), "r"(l.w) : "memory");
-            }
-        }
-        fence_proxy_async_smem();
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // this warpgroup's split is done
-        wgmma_fence();
-        if constexpr (PASSES == 3) {
+                             : "=f"(v[h][4 * c]), "=f"(v[h][4 * c + 1]), "=f"(v[h][4 * c + 2]), "=f"(v[h][4 * c + 3])
+                             : "r"(a_wg + gw_chunk_offset(fr + 8 * h, 2 * ft + c)) : "memory");
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {  // fragment register h + 2e: row + 8h, position t + 4e
+                    if (PASSES == 3)
+                        split_tf32_fast(v[h][2 * kk + e], hi[kk][h + 2 * e], lo[kk][h + 2 * e]);
+                    else
+                        hi[kk][h + 2 * e] = tf32_rna_bits(v[h][2 * kk + e]);
+                }
+    };
+    if constexpr (PASSES == 3) {
+        for (int kt = 0; kt < KT; ++kt) {
+            const int s = kt % GW_STAGES;
+            mbar_wait(full(s), (kt / GW_STAGES) & 1);
+            fence_proxy_async_smem();
+            const unsigned b_hi = ring + s * STAGE + A_BYTES, b_lo = b_hi + B_BYTES;
+            unsigned hi[4][4], lo[4][4];
+            load_frags(ring + s * STAGE + wg * 64 * GW_ROW, hi, lo);
+            wgmma_fence();
             wgmma_pin(part);
 #pragma unroll
             for (int k8 = 0; k8 < GW_BK / 8; ++k8) {
                 const unsigned o = GW_K8_STEP * k8;
-                wgmma_tf32<GW_BN>(part, wgmma_desc(a_lo + o), wgmma_desc(b_hi + o), k8 == 0 ? 0 : 1);  // lo * hi'
-                wgmma_tf32<GW_BN>(part, wgmma_desc(a_hi + o), wgmma_desc(b_lo + o), 1);                // hi * lo'
-                wgmma_tf32<GW_BN>(part, wgmma_desc(a_hi + o), wgmma_desc(b_hi + o), 1);                // hi * hi'
+                wgmma_tf32_rs<GW_BN>(part, lo[k8], wgmma_desc(b_hi + o), k8 == 0 ? 0 : 1);  // lo * hi'
+                wgmma_tf32_rs<GW_BN>(part, hi[k8], wgmma_desc(b_lo + o), 1);                // hi * lo'
+                wgmma_tf32_rs<GW_BN>(part, hi[k8], wgmma_desc(b_hi + o), 1);                // hi * hi'
             }
             wgmma_commit();
-            wgmma_wait<0>();  // the tile's products are in part; its slot and the lo buffer are free
+            wgmma_wait<0>();  // the tile's products are in part; its slot is free
             if (ct == 0) mbar_arrive(empty(s));
             wgmma_pin(part);
 #pragma unroll
             for (int i = 0; i < NACC; ++i) acc[i] += part[i];
-        } else {
+        }
+    } else {
+        // one tile's wgmmas stay in flight while the next tile's fragments load: two register sets
+        unsigned fa[4][4], fb[4][4], unused[4][4];
+        auto tile = [&](int kt, unsigned (&f)[4][4]) {
+            const int s = kt % GW_STAGES;
+            mbar_wait(full(s), (kt / GW_STAGES) & 1);
+            fence_proxy_async_smem();
+            load_frags(ring + s * STAGE + wg * 64 * GW_ROW, f, unused);
+            const unsigned b_hi = ring + s * STAGE + A_BYTES;
+            wgmma_fence();
             wgmma_pin(acc);
 #pragma unroll
-            for (int k8 = 0; k8 < GW_BK / 8; ++k8) {
-                const unsigned o = GW_K8_STEP * k8;
-                wgmma_tf32<GW_BN>(acc, wgmma_desc(a_hi + o), wgmma_desc(b_hi + o), 1);
-            }
+            for (int k8 = 0; k8 < GW_BK / 8; ++k8)
+                wgmma_tf32_rs<GW_BN>(acc, f[k8], wgmma_desc(b_hi + GW_K8_STEP * k8), 1);
             wgmma_commit();
-            wgmma_wait<1>();  // tile kt - 1's wgmmas are done: its slot is free
+            wgmma_wait<1>();  // tile kt - 1's wgmmas are done: its slot and registers are free
             if (kt > 0 && ct == 0) mbar_arrive(empty((kt - 1) % GW_STAGES));
+        };
+        for (int kt = 0; kt < KT; kt += 2) {
+            tile(kt, fa);
+            if (kt + 1 < KT) tile(kt + 1, fb);
         }
     }
     wgmma_wait<0>();
@@ -384,10 +429,17 @@ GW_KERNEL(gemm_wg_tf32_nt, 1, GEMM_EPI_NONE)
 #endif
 
 // ---------------------------------------------------------------------------------------------
-// The planes: P[0] = tf32 hi of W^T, P[1] = tf32 lo (planes == 2), [planes, N, K], from
+// The planes: P[0] = tf32 hi of W^T, P[1] = tf32 lo (planes == 2), [planes, N, KP], from
 //   gemm_wg_split_planes_kn: W [K, N] (a block matrix as the checkpoint stores it), transposed here;
 //   gemm_wg_split_planes_nk: W^T [N, K] already (wte for the LM head).
+// KP = K rounded up to whole k tiles of 32 (zeros past K); position p of a k tile holds column
+// gw_plane_col(p) of that tile (the order of A's register fragments, gemm_wg_body).
 // Launch: block (32, 8), grid (ceil(N / 32), ceil(K / 32)); any N, K (the GEMM needs K % 4 == 0).
+
+// The k tile's column held at position p = 8 kk + 4 e + t: 8 t + 2 kk + e.
+__device__ __forceinline__ int gw_plane_col(int p) {
+    return 8 * (p & 3) + 2 * (p >> 3) + ((p >> 2) & 1);
+}
 
 __device__ __forceinline__ void gw_split_store(float* P, long long plane, long long idx, float x, int planes) {
     const unsigned h = tf32_rna_bits(x);
@@ -395,26 +447,31 @@ __device__ __forceinline__ void gw_split_store(float* P, long long plane, long l
     if (planes == 2) P[plane + idx] = __uint_as_float(tf32_rna_bits(x - __uint_as_float(h)));
 }
 
+__device__ __forceinline__ int gw_plane_row(int K) { return (K + GW_BK - 1) / GW_BK * GW_BK; }
+
 extern "C" __global__ void __launch_bounds__(256) gemm_wg_split_planes_kn(
     const float* __restrict__ W, float* __restrict__ P, int K, int N, int planes) {
     __shared__ float tile[32][33];
-    const int n0 = blockIdx.x * 32, k0 = blockIdx.y * 32;
+    const int n0 = blockIdx.x * 32, k0 = blockIdx.y * 32, KP = gw_plane_row(K);
     for (int i = threadIdx.y; i < 32; i += 8) {  // read rows k0 + i, columns n0 + threadIdx.x
         const int k = k0 + i, n = n0 + threadIdx.x;
         tile[i][threadIdx.x] = k < K && n < N ? W[(long long)k * N + n] : 0.0f;
     }
     __syncthreads();
-    for (int i = threadIdx.y; i < 32; i += 8) {  // write rows n0 + i, columns k0 + threadIdx.x
-        const int n = n0 + i, k = k0 + threadIdx.x;
-        if (n < N && k < K) gw_split_store(P, (long long)N * K, (long long)n * K + k, tile[threadIdx.x][i], planes);
+    for (int i = threadIdx.y; i < 32; i += 8) {  // write rows n0 + i, positions k0 + threadIdx.x
+        const int n = n0 + i, p = k0 + threadIdx.x;
+        if (n < N && p < KP)
+            gw_split_store(P, (long long)N * KP, (long long)n * KP + p, tile[gw_plane_col(threadIdx.x)][i], planes);
     }
 }
 
 extern "C" __global__ void __launch_bounds__(256) gemm_wg_split_planes_nk(
     const float* __restrict__ W, float* __restrict__ P, int K, int N, int planes) {
-    const int n0 = blockIdx.x * 32, k0 = blockIdx.y * 32;
+    const int n0 = blockIdx.x * 32, k0 = blockIdx.y * 32, KP = gw_plane_row(K);
     for (int i = threadIdx.y; i < 32; i += 8) {
-        const int n = n0 + i, k = k0 + threadIdx.x;
-        if (n < N && k < K) gw_split_store(P, (long long)N * K, (long long)n * K + k, W[(long long)n * K + k], planes);
+        const int n = n0 + i, p = k0 + threadIdx.x, k = k0 + gw_plane_col(threadIdx.x);
+        if (n < N && p < KP)
+            gw_split_store(P, (long long)N * KP, (long long)n * KP + p, k < K ? W[(long long)n * K + k] : 0.0f,
+                           planes);
     }
 }

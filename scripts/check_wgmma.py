@@ -64,6 +64,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--m", default="1024")
+    ap.add_argument("--variants", default=",".join(L.VARIANTS))
+    ap.add_argument("--no-mma-sync", action="store_true", help="skip gemm.cu's tiles")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     if not L.wgmma_available():
@@ -89,17 +91,17 @@ def main() -> int:
             torch.backends.cuda.matmul.allow_tf32 = True
             print(f"{name:14s} {'tf32':7s} {'torch':14s} {flops / median_ms(lambda: ta @ twm) / 1e9:8.1f}")
             torch.backends.cuda.matmul.allow_tf32 = False
-            for variant in L.VARIANTS:
+            for variant in args.variants.split(","):
                 out = cp.empty((m, n), dtype=np.float32)
                 if suffix == "nt":
                     mma = lambda t, variant=variant, out=out: L.gemm_nt(a, w, out, variant=variant, tile=t)  # noqa: E731
                 else:
                     mma = lambda t, variant=variant, out=out: L.gemm(  # noqa: E731
                         a, w, bias, out, epilogue=suffix, residual=res, variant=variant, tile=t)
-                best = min(median_ms(lambda t=t: mma(t)) for t in L.TILES)
-                print(f"{name:14s} {variant:7s} {'mma.sync':14s} {flops / best / 1e9:8.1f}")
+                if not args.no_mma_sync:
+                    best = min(median_ms(lambda t=t: mma(t)) for t in L.TILES)
+                    print(f"{name:14s} {variant:7s} {'mma.sync':14s} {flops / best / 1e9:8.1f}")
                 p = L.prepare_planes(w, variant, transposed=suffix == "nt")
-                prep = median_ms(lambda: L.prepare_planes(w, variant, transposed=suffix == "nt"), reps=5, burst=2)
                 for tile in L.WG_TILES[variant]:
                     out.fill(np.nan)
                     f = lambda: L.gemm_planes(a, p, bias, out, epilogue=None if suffix == "nt" else suffix,  # noqa: E731
@@ -114,6 +116,7 @@ def main() -> int:
                     tname = f"wgmma {tile.bm}x{tile.bn}{picked}"
                     print(f"{name:14s} {variant:7s} {tname:14s} {flops / ms / 1e9:8.1f} "
                           f"{err:9.2e} {err / t_err:7.2f}{'' if ok else '  FAIL'}")
+                prep = median_ms(lambda: L.prepare_planes(w, variant, transposed=suffix == "nt"), reps=5, burst=2)
                 print(f"{name:14s} {variant:7s} {'prepare_planes':14s} {prep * 1e3:7.1f} us")
     print(f"{failed} case(s) failed")
     return 1 if failed else 0

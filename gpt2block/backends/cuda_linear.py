@@ -195,13 +195,21 @@ class WgTile:
 
 
 # Per variant; speeds: TFLOP/s at the LM head's 1024 x 768 x 50257 (many waves) relative to 128 x 128
-# (scripts/check_wgmma.py; tf32x3: 83.4, 59.6, 60.2, 45.2; tf32: 147.1, 133.5, 117.7, 100.8, 82.6).
-# tf32x3 has no 192-column tile: its part registers spill there (no faster).
+# (scripts/check_wgmma.py, version 8; tf32x3: 95.1, 75.5, 69.2, 74.7, 62.5; tf32: 157.0, 130.5, 101.2,
+# 92.2, 107.0, 72.2), the one-consumer tiles marked down to what they gave at M = 1024's block shapes.
+# 48 columns make 128 blocks of N = 768 (132 SMs): proj / mlp tf32x3 52 / 69 TFLOP/s, against 35 / 56
+# on 128 x 64. tf32x3 has no 192-column tile: its part registers spill there.
 WG_TILES = {
-    "tf32x3": (WgTile(2, 128, 1.0), WgTile(2, 64, 0.72), WgTile(1, 128, 0.72), WgTile(1, 64, 0.54)),
-    "tf32": (WgTile(2, 192, 1.10), WgTile(2, 128, 1.0), WgTile(1, 128, 0.88), WgTile(2, 64, 0.76),
-             WgTile(1, 64, 0.62)),
+    "tf32x3": (WgTile(2, 128, 1.0), WgTile(2, 64, 0.79), WgTile(2, 48, 0.73), WgTile(1, 128, 0.75),
+               WgTile(1, 64, 0.66)),
+    "tf32": (WgTile(2, 192, 1.20), WgTile(2, 128, 1.0), WgTile(2, 64, 0.78), WgTile(2, 48, 0.71),
+             WgTile(1, 128, 0.82), WgTile(1, 64, 0.55)),
 }
+
+
+def plane_row(k: int) -> int:
+    """The planes' row length for K: K rounded up to whole 32-wide k tiles (kernels/gemm_wgmma.cu)."""
+    return -(-k // 32) * 32
 
 
 def planes_of(variant: str) -> int:
@@ -211,11 +219,10 @@ def planes_of(variant: str) -> int:
 
 def wgmma_smem_bytes(variant: str, tile: WgTile, stages: int) -> int:
     """GW_SMEM_BYTES of kernels/gemm_wgmma.cu: the ring's stages (A's rows, the planes' rows, 128
-    bytes each), the consumers' A lo buffers (tf32x3), the barriers and 1024 bytes of alignment."""
+    bytes each), the barriers and 1024 bytes of alignment."""
     planes = planes_of(variant)
     stage = (tile.bm + planes * tile.bn) * 128
-    lo = tile.wg * 64 * 128 if planes == 2 else 0
-    return stages * stage + lo + 16 * stages + 1024
+    return stages * stage + 16 * stages + 1024
 
 
 def wgmma_stages(variant: str, tile: WgTile) -> int:
@@ -232,20 +239,21 @@ def wgmma_available() -> bool:
 
 
 class Planes:
-    """A weight W prepared for gemm_wgmma.cu: ``data`` [planes, N, K] float32, W^T rounded to tf32
-    (hi) and, for tf32x3, the tf32 rounding of what hi leaves (lo). Made by prepare_planes."""
+    """A weight W [K, N] prepared for gemm_wgmma.cu: ``data`` [planes, N, plane_row(K)] float32, W^T
+    rounded to tf32 (hi) and, for tf32x3, the tf32 rounding of what hi leaves (lo), each row's k tiles
+    in the kernel's fragment order and zero past K. Made by prepare_planes."""
 
-    def __init__(self, data, variant: str):
+    def __init__(self, data, variant: str, k: int):
         _check_variant(variant)
         _check_array(data, "planes data", 3)
         want = planes_of(variant)
         if data.shape[0] != want:
             raise ValueError(f"planes data of variant {variant!r} must have {want} plane(s); got shape {data.shape}")
-        if data.shape[2] % 4 or data.data.ptr % 16:
-            raise ValueError(f"planes data must have K % 4 == 0 and be 16-byte aligned (shape {data.shape}, "
-                             f"address {data.data.ptr:#x})")
+        if k % 4 or data.shape[2] != plane_row(k) or data.data.ptr % 16:
+            raise ValueError(f"planes data for K = {k} must have K % 4 == 0, rows of plane_row(K) = "
+                             f"{plane_row(k)} and be 16-byte aligned (shape {data.shape}, address {data.data.ptr:#x})")
         self.data, self.variant = data, variant
-        self.n, self.k = int(data.shape[1]), int(data.shape[2])
+        self.n, self.k = int(data.shape[1]), int(k)
 
 
 def prepare_planes(w, variant: str, *, transposed: bool = False, stream=None, out: Planes | None = None) -> Planes:
@@ -259,9 +267,9 @@ def prepare_planes(w, variant: str, *, transposed: bool = False, stream=None, ou
         raise ValueError(f"w's K = {k} must be a multiple of 4 for the wgmma GEMM")
     planes = planes_of(variant)
     if out is None:
-        out = Planes(cp.empty((planes, n, k), cp.float32), variant)
-    elif not isinstance(out, Planes) or out.variant != variant or out.data.shape != (planes, n, k):
-        raise ValueError(f"out must be Planes of variant {variant!r} and shape {(planes, n, k)}")
+        out = Planes(cp.empty((planes, n, plane_row(k)), cp.float32), variant, k)
+    elif not isinstance(out, Planes) or out.variant != variant or (out.n, out.k) != (n, k):
+        raise ValueError(f"out must be Planes of variant {variant!r} for N = {n}, K = {k}")
     fn = kernel("gemm_wgmma", f"gemm_wg_split_planes_{'nk' if transposed else 'kn'}", _VARIANT_DEFINES[variant])
     launch(fn, (_cdiv(n, 32), _cdiv(k, 32), 1), (32, 8, 1),
            (w, out.data, _i32(k, "K"), _i32(n, "N"), np.int32(planes)), 0, stream)

@@ -156,7 +156,9 @@ def test_gemm_planes_every_tile(checks, wgmma, variant):
 @pytest.mark.parametrize("variant", ["tf32x3", "tf32"])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_prepare_planes_splits_exactly(wgmma, variant, transposed):
-    """hi = W rounded to tf32 (13 low bits zero, nearest), lo = (W - hi) rounded likewise; [planes, N, K]."""
+    """hi = W rounded to tf32 (13 low bits zero, nearest), lo = (W - hi) rounded likewise;
+    [planes, N, KP]: KP = K rounded up to 32, each 32-wide k tile in the fragment order (position
+    p = 8 kk + 4 e + t holds the tile's column 8 t + 2 kk + e), zeros past K."""
     import cupy as cp
     import numpy as np
 
@@ -170,13 +172,24 @@ def test_prepare_planes_splits_exactly(wgmma, variant, transposed):
         return ((x.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
 
     hi = rna(wt)
-    assert p.shape == ((2 if variant == "tf32x3" else 1),) + wt.shape
-    np.testing.assert_array_equal(p[0], hi)
+    n, k = wt.shape
+    kp = -(-k // 32) * 32  # 96: two whole tiles and one with 4 columns
+    pos = np.arange(kp)
+    col = (pos // 32) * 32 + 8 * (pos % 4) + 2 * ((pos % 32) // 8) + (pos // 4) % 2  # column at each position
+    assert sorted(col) == list(range(kp))
+
+    def order(x):  # [N, K] -> [N, KP] in the planes' order, zeros past K
+        padded = np.zeros((n, kp), np.float32)
+        padded[:, :k] = x
+        return padded[:, col]
+
+    assert p.shape == ((2 if variant == "tf32x3" else 1), n, kp)
+    np.testing.assert_array_equal(p[0], order(hi))
     pos = (lambda i, j: (i, j)) if transposed else (lambda i, j: (j, i))  # w[i, j] in wt
     assert hi[pos(0, 0)] == np.float32(1.0 + 2**-10) and hi[pos(0, 1)] == np.float32(-(1.0 + 2**-9))
     if variant == "tf32x3":
-        np.testing.assert_array_equal(p[1], rna(wt - hi))
-        assert np.abs(p[0].astype(np.float64) + p[1] - wt).max() <= 2**-21 * np.abs(wt).max()
+        np.testing.assert_array_equal(p[1], order(rna(wt - hi)))
+        assert np.abs(p[0].astype(np.float64) + p[1] - order(wt)).max() <= 2**-21 * np.abs(wt).max()
 
 
 def test_gemm_planes_bad_arguments(wgmma):
@@ -205,9 +218,14 @@ def test_gemm_planes_bad_arguments(wgmma):
     with pytest.raises(ValueError, match="prepared for variant 'tf32x3', not 'tf32'"):
         L.linear(a, cp.zeros((8, 12), cp.float32), bias, out, variant="tf32", planes=p)
     with pytest.raises(ValueError, match="must have 2 plane"):
-        L.Planes(cp.zeros((1, 12, 8), cp.float32), "tf32x3")
+        L.Planes(cp.zeros((1, 12, 32), cp.float32), "tf32x3", 8)
     with pytest.raises(ValueError, match="K % 4 == 0"):
-        L.Planes(cp.zeros((1, 12, 6), cp.float32), "tf32")
+        L.Planes(cp.zeros((1, 12, 32), cp.float32), "tf32", 6)
+    with pytest.raises(ValueError, match="rows of plane_row"):
+        L.Planes(cp.zeros((1, 12, 8), cp.float32), "tf32", 8)
+    with pytest.raises(ValueError, match="out must be Planes of variant 'tf32x3' for N = 12, K = 8"):
+        L.prepare_planes(cp.zeros((8, 12), cp.float32), "tf32x3", out=L.prepare_planes(
+            cp.zeros((12, 12), cp.float32), "tf32x3"))
     with pytest.raises(ValueError, match="tile must be one of"):
         L.gemm_planes(a, p, bias, out, tile=L.WG_TILES["tf32"][0])  # 192 columns: tf32 only
 
