@@ -20,16 +20,33 @@ D_SOLVE = 768
 def _kind(name, a):
     if isinstance(a, np.ndarray):
         return "host"
-    if hasattr(a, "__cuda_array_interface__"):
+    module = type(a).__module__
+    if module.startswith("torch") and getattr(a, "is_cuda", False):
+        return "device"  # (asked before hasattr, which builds torch's __cuda_array_interface__)
+    if module.startswith("cupy") or hasattr(a, "__cuda_array_interface__"):
         return "device"
     raise TypeError(
         f"{name} must be a NumPy array or a CUDA array (CuPy, torch CUDA tensor); got {type(a).__name__}"
     )
 
 
+def _torch_facts(a):
+    """(dtype, shape, address, contiguous) of a torch tensor from its own accessors: torch builds
+    __cuda_array_interface__ anew at each access, about 10 us (most of a repeated solve() call's host
+    time)."""
+    import torch
+
+    dtype = {torch.float32: np.dtype(np.float32)}.get(a.dtype, a.dtype)
+    return dtype, tuple(a.shape), a.data_ptr(), a.is_contiguous()
+
+
 def _span(name, a, kind):
-    """(start, end) byte addresses of a's memory, after checking dtype and contiguity."""
-    if kind == "host":
+    """(shape, start, end): a's shape and byte addresses, after checking dtype and contiguity."""
+    if kind == "device" and type(a).__module__.startswith("torch"):
+        dtype, shape, ptr, contiguous = _torch_facts(a)
+    elif kind == "device" and type(a).__module__.startswith("cupy"):
+        dtype, shape, ptr, contiguous = a.dtype, a.shape, a.data.ptr, a.flags.c_contiguous
+    elif kind == "host":
         dtype, shape, ptr = a.dtype, tuple(a.shape), a.__array_interface__["data"][0]
         contiguous = a.flags.c_contiguous
     else:
@@ -43,7 +60,9 @@ def _span(name, a, kind):
         raise TypeError(f"{name} must be float32; got {dtype}")
     if not contiguous:
         raise ValueError(f"{name} must be C-contiguous")
-    n = int(np.prod(shape, dtype=np.int64))
+    n = 1
+    for s in shape:
+        n *= int(s)
     return shape, ptr, ptr + n * 4
 
 

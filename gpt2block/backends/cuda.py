@@ -66,15 +66,21 @@ class BlockWorkspace:
 
 
 def run_block(w, x, ws: BlockWorkspace, t: int, *, eps: float, gemm_variant: str, attend, after_qkv=None,
-              out=None, planes=None) -> None:
+              out=None, planes=None, planes_ready=None) -> None:
     """One block on the first t rows of x [>=t, D]: the result goes to ``out`` (default: x, in place).
     ``attend(qkv [t,3D], att [t,D])`` runs attention; ``after_qkv(qkv)`` (optional) stores K and V.
-    ``planes``: the block's matrices prepared for the wgmma GEMM (prepare_block_planes), or None."""
+    ``planes``: the block's matrices prepared for the wgmma GEMM (prepare_block_planes), or None;
+    ``planes_ready``: {name: event} the current stream waits for before that matrix's GEMM (planes
+    made on another stream), or None."""
     h, qkv, att, f = ws.h[:t], ws.qkv[:t], ws.att[:t], ws.f[:t]
     xin = x[:t]
     xt = xin if out is None else out[:t]
-    lin = lambda a, name, bias, out, **kw: cuda_linear.linear(  # noqa: E731
-        a, w[name], w[bias], out, variant=gemm_variant, planes=None if planes is None else planes[name], **kw)
+
+    def lin(a, name, bias, out, **kw):
+        if planes_ready is not None:
+            cp.cuda.get_current_stream().wait_event(planes_ready[name])
+        cuda_linear.linear(a, w[name], w[bias], out, variant=gemm_variant,
+                           planes=None if planes is None else planes[name], **kw)
     cuda_ops.layernorm(xin, w["ln1_g"], w["ln1_b"], h, eps)
     lin(h, "w_qkv", "b_qkv", qkv)
     if after_qkv is not None:
@@ -453,6 +459,12 @@ class _SolveGraphs:
     def __init__(self):
         self.stream = cp.cuda.Stream(non_blocking=True)  # on the device current at construction
         self.events = tuple(cp.cuda.Event(disable_timing=True) for _ in range(2))  # (ready, done)
+        # the weight planes are made on a second stream, forked from self.stream at a call's start:
+        # each matrix's GEMM waits only for its own planes, so the later ones' preparation runs
+        # beside the first LayerNorm, the QKV GEMM and attention (in a graph: a parallel branch)
+        self.side = cp.cuda.Stream(non_blocking=True)
+        self.fork = cp.cuda.Event(disable_timing=True)
+        self.planes_ready = {name: cp.cuda.Event(disable_timing=True) for name in MATRICES}
         self.graphs: "dict[tuple, tuple]" = {}  # key -> (graph, workspace), least recently used first
         self.seen: set = set()  # keys that ran eagerly once
         self.planes: dict = {}  # (variant, d) -> {name: cuda_linear.Planes}
@@ -567,9 +579,18 @@ def solve_device(x, output, weights, seq_len: int, precision: str = "fp32", d: i
             causal=False, q_start=0, q_stride=3 * d, kv_stride=3 * d, variant=attn_variant)
 
     def body():
+        ready = None
         if planes is not None:
-            prepare_block_planes(w, gemm_variant, out=planes)
+            # after the previous call's GEMMs (in this stream's order), which read the same planes
+            graphs.fork.record()
+            graphs.side.wait_event(graphs.fork)
+            with graphs.side:
+                for name in MATRICES:
+                    cuda_linear.prepare_planes(w[name], gemm_variant, out=planes[name])
+                    graphs.planes_ready[name].record()
+            ready = graphs.planes_ready
         # x is only read; the residual stream after attention lives in output
-        run_block(w, xa, ws, seq_len, eps=1e-5, gemm_variant=gemm_variant, attend=attend, out=out, planes=planes)
+        run_block(w, xa, ws, seq_len, eps=1e-5, gemm_variant=gemm_variant, attend=attend, out=out, planes=planes,
+                  planes_ready=ready)
 
     graphs.run((dev, xa.data.ptr, out.data.ptr, wflat.data.ptr, seq_len, precision), ws, body)
