@@ -9,6 +9,8 @@ is checked before anything is written.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from .backends.base import PRECISIONS
@@ -17,16 +19,28 @@ from .layout import block_numel
 D_SOLVE = 768
 
 
+def _is_torch(a) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(a, torch.Tensor)
+
+
+def _is_cupy(a) -> bool:
+    cupy = sys.modules.get("cupy")
+    return cupy is not None and isinstance(a, cupy.ndarray)
+
+
 def _kind(name, a):
     if isinstance(a, np.ndarray):
         return "host"
-    module = type(a).__module__
-    if module.startswith("torch") and getattr(a, "is_cuda", False):
-        return "device"  # (asked before hasattr, which builds torch's __cuda_array_interface__)
-    if module.startswith("cupy") or hasattr(a, "__cuda_array_interface__"):
+    if _is_torch(a):  # (asked before hasattr, which would build torch's __cuda_array_interface__)
+        if a.is_cuda and a.layout == sys.modules["torch"].strided:
+            if a.requires_grad:
+                raise ValueError(f"{name} requires grad: pass {name}.detach() (solve writes output in place)")
+            return "device"
+    elif _is_cupy(a) or hasattr(a, "__cuda_array_interface__"):
         return "device"
     raise TypeError(
-        f"{name} must be a NumPy array or a CUDA array (CuPy, torch CUDA tensor); got {type(a).__name__}"
+        f"{name} must be a NumPy array or a CUDA array (CuPy, dense torch CUDA tensor); got {type(a).__name__}"
     )
 
 
@@ -34,17 +48,16 @@ def _torch_facts(a):
     """(dtype, shape, address, contiguous) of a torch tensor from its own accessors: torch builds
     __cuda_array_interface__ anew at each access, about 10 us (most of a repeated solve() call's host
     time)."""
-    import torch
-
-    dtype = {torch.float32: np.dtype(np.float32)}.get(a.dtype, a.dtype)
+    torch = sys.modules["torch"]
+    dtype = np.dtype(np.float32) if a.dtype == torch.float32 else str(a.dtype).removeprefix("torch.")
     return dtype, tuple(a.shape), a.data_ptr(), a.is_contiguous()
 
 
 def _span(name, a, kind):
     """(shape, start, end): a's shape and byte addresses, after checking dtype and contiguity."""
-    if kind == "device" and type(a).__module__.startswith("torch"):
+    if kind == "device" and _is_torch(a):
         dtype, shape, ptr, contiguous = _torch_facts(a)
-    elif kind == "device" and type(a).__module__.startswith("cupy"):
+    elif kind == "device" and _is_cupy(a):
         dtype, shape, ptr, contiguous = a.dtype, a.shape, a.data.ptr, a.flags.c_contiguous
     elif kind == "host":
         dtype, shape, ptr = a.dtype, tuple(a.shape), a.__array_interface__["data"][0]

@@ -23,15 +23,15 @@
 //   consumer: waits on full[s]; loads its 64 rows of A from the stage straight into wgmma's
 //             register fragments (four 16-byte loads per thread: the planes' k order makes a
 //             thread's 8 values of a row adjacent) and rounds them to tf32 (hi) or splits them
-//             (hi + lo) there; then one wgmma m64nGW_BNk8 per k8 step and pass with A from
+//             there (hi rounded, lo = x - hi exact and left to the tensor core's truncation:
+//             split_tf32_fast; qkv's error went 0.47 -> 0.55x torch fp32's); then one wgmma m64nGW_BNk8 per k8 step and pass with A from
 //             registers and B from the stage. tf32x3 sums the tile's 12 products from zero into
 //             `part` in the tensor core (which truncates as it accumulates: summing all of K there
 //             measured 95-125x torch fp32's error, version 6), waits for them, arrives on empty[s]
 //             and adds part to the fp32 accumulators with FADDs. (Adding part one tile later,
 //             behind the next tile's wgmmas, makes ptxas serialize every wgmma: it reads registers
 //             of the wgmma pipeline.) While one consumer loads, waits and adds, the other's wgmmas
-//             keep the tensor cores busy. tf32 accumulates in the tensor core and keeps one tile's
-//             wgmmas in flight (two fragment register sets).
+//             keep the tensor cores busy. tf32 accumulates in the tensor core, one k tile at a time.
 //   (Version 7 rounded / split A in shared memory and read it with descriptors: shared memory
 //   bandwidth ran out; fragments in registers measured +20-28% on tf32x3, docs/PERFORMANCE.md v8.)
 //
@@ -95,8 +95,8 @@ __device__ __forceinline__ void wgmma_commit() { GW_ASM("wgmma.commit_group.sync
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { GW_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
-// Generic-proxy shared-memory writes (the split's stores, cp.async's copies) made visible to the
-// async proxy (wgmma's operand reads); each consumer thread runs it before its warpgroup's barrier.
+// Generic-proxy shared-memory writes (cp.async's copies) made visible to the async proxy (wgmma's
+// operand reads); each consumer thread runs it after its wait on the stage's full barrier.
 __device__ __forceinline__ void fence_proxy_async_smem() {
     GW_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
@@ -316,7 +316,7 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
     // A's fragments straight from the stage into registers. The m64k8 register fragment of wgmma
     // (.tf32) gives thread (w, g = lane / 4, t = lane % 4) rows 16w + g (+ 8) at k positions t and
     // t + 4 of each k8 step; the planes hold, at position p = 8 kk + 4 e + t of a k tile, column
-    // 8 t + 2 kk + e (gw_plane_pos), so the thread's 8 values of a row (kk = 0..3, e = 0..1) are
+    // 8 t + 2 kk + e (gw_plane_col), so the thread's 8 values of a row (kk = 0..3, e = 0..1) are
     // A's columns 8t .. 8t + 7: two 16-byte loads per row (conflict-free under the swizzle).
     const int fr = (ct >> 5) * 16 + ((ct & 31) >> 2), ft = ct & 3;
     auto load_frags = [&](unsigned a_wg, unsigned (&hi)[4][4], unsigned (&lo)[4][4]) {
@@ -358,19 +358,22 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
                 wgmma_tf32_rs<GW_BN>(part, hi[k8], wgmma_desc(b_hi + o), 1);                // hi * hi'
             }
             wgmma_commit();
-            wgmma_wait<0>();  // the tile's products are in part; its slot is free
+            wgmma_wait<0>();  // the tile's products are in part; its slot is free (the wgmma is
+                              // warpgroup-collective: all four warps have loaded their fragments)
             if (ct == 0) mbar_arrive(empty(s));
             wgmma_pin(part);
 #pragma unroll
             for (int i = 0; i < NACC; ++i) acc[i] += part[i];
         }
     } else {
-        // one tile's wgmmas stay in flight while the next tile's fragments load: two register sets
-        unsigned fa[4][4], fb[4][4], unused[4][4];
-        auto tile = [&](int kt, unsigned (&f)[4][4]) {
+        // (Keeping one tile's wgmmas in flight while the next tile's fragments load, in a second
+        // register set, made ptxas serialize every wgmma (C7513: it merged the two sets); the other
+        // consumer's wgmmas fill the tensor core while this one loads.)
+        for (int kt = 0; kt < KT; ++kt) {
             const int s = kt % GW_STAGES;
             mbar_wait(full(s), (kt / GW_STAGES) & 1);
             fence_proxy_async_smem();
+            unsigned f[4][4], unused[4][4];
             load_frags(ring + s * STAGE + wg * 64 * GW_ROW, f, unused);
             const unsigned b_hi = ring + s * STAGE + A_BYTES;
             wgmma_fence();
@@ -379,12 +382,8 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
             for (int k8 = 0; k8 < GW_BK / 8; ++k8)
                 wgmma_tf32_rs<GW_BN>(acc, f[k8], wgmma_desc(b_hi + GW_K8_STEP * k8), 1);
             wgmma_commit();
-            wgmma_wait<1>();  // tile kt - 1's wgmmas are done: its slot and registers are free
-            if (kt > 0 && ct == 0) mbar_arrive(empty((kt - 1) % GW_STAGES));
-        };
-        for (int kt = 0; kt < KT; kt += 2) {
-            tile(kt, fa);
-            if (kt + 1 < KT) tile(kt + 1, fb);
+            wgmma_wait<0>();  // the tile's wgmmas are done: its slot and the fragments are free
+            if (ct == 0) mbar_arrive(empty(s));
         }
     }
     wgmma_wait<0>();
@@ -407,7 +406,7 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
 }
 
 // ---------------------------------------------------------------------------------------------
-// The exported kernels: gemm_wg_<variant>_<epilogue>; B is the planes P [PLANES, N, K].
+// The exported kernels: gemm_wg_<variant>_<epilogue>; B is the planes P [PLANES, N, KP].
 
 #define GW_KERNEL(name, passes, epi)                                                               \
     extern "C" __global__ void __launch_bounds__(GW_THREADS, 1) name(GEMM_PARAMS) {                \

@@ -67,6 +67,9 @@ def main() -> int:
     ap.add_argument("--variants", default=",".join(L.VARIANTS))
     ap.add_argument("--no-mma-sync", action="store_true", help="skip gemm.cu's tiles")
     args = ap.parse_args()
+    unknown = set(args.variants.split(",")) - set(L.VARIANTS)
+    if unknown:
+        ap.error(f"--variants: unknown {sorted(unknown)}; choose from {', '.join(L.VARIANTS)}")
     torch.backends.cuda.matmul.allow_tf32 = False
     if not L.wgmma_available():
         print("gemm_wgmma.cu needs a compute capability 9.0 GPU (H100 / H200); nothing to check here")

@@ -146,7 +146,7 @@ class CudaRunner(Runner):
         self.wte_dec = cuda_linear.to_bf16_bits(self.wte) if bf16 else self.wte  # [V, D] already
         # Prefill (and decode batches over GEMV_MAX_M) multiply on kernels/gemm_wgmma.cu where the
         # GPU has wgmma (compute capability 9.0): the matrices and wte prepared once as tf32 planes
-        # ([planes, N, K]: 2x the fp32 bytes for tf32x3). wgmma=False keeps gemm.cu's mma.sync.
+        # ([planes, N, K rounded up to 32]: 2x the fp32 bytes for tf32x3). wgmma=False keeps gemm.cu's mma.sync.
         if wgmma not in (True, False, "auto"):
             raise ValueError(f"wgmma must be True, False or 'auto'; got {wgmma!r}")
         if wgmma is True and not cuda_linear.wgmma_available():
@@ -452,9 +452,10 @@ class _SolveGraphs:
     captured, later ones replay it, so a call costs one graph launch instead of a dozen Python
     launches. A graph reads x and the weights at replay, so new contents at the same addresses are
     picked up (the weight planes are remade inside it from this call's weights). Everything runs
-    on one private stream, ordered after the caller's current stream and before its later work
-    (events both ways); so the calls of a device run one after another, and they share one set of
-    weight planes per (variant, d), allocated outside any capture."""
+    on one private stream (the planes on a second one forked from it and joined back), ordered after
+    the caller's current stream and before its later work (events both ways); so the calls of a
+    device run one after another, and they share one set of weight planes per (variant, d),
+    allocated outside any capture."""
 
     def __init__(self):
         self.stream = cp.cuda.Stream(non_blocking=True)  # on the device current at construction
@@ -589,8 +590,12 @@ def solve_device(x, output, weights, seq_len: int, precision: str = "fp32", d: i
                     cuda_linear.prepare_planes(w[name], gemm_variant, out=planes[name])
                     graphs.planes_ready[name].record()
             ready = graphs.planes_ready
-        # x is only read; the residual stream after attention lives in output
-        run_block(w, xa, ws, seq_len, eps=1e-5, gemm_variant=gemm_variant, attend=attend, out=out, planes=planes,
-                  planes_ready=ready)
+        try:
+            # x is only read; the residual stream after attention lives in output
+            run_block(w, xa, ws, seq_len, eps=1e-5, gemm_variant=gemm_variant, attend=attend, out=out,
+                      planes=planes, planes_ready=ready)
+        finally:
+            if ready is not None:  # joined even if run_block raised (a capture must end joined)
+                cp.cuda.get_current_stream().wait_event(ready[MATRICES[-1]])
 
     graphs.run((dev, xa.data.ptr, out.data.ptr, wflat.data.ptr, seq_len, precision), ws, body)

@@ -241,7 +241,8 @@ def wgmma_available() -> bool:
 class Planes:
     """A weight W [K, N] prepared for gemm_wgmma.cu: ``data`` [planes, N, plane_row(K)] float32, W^T
     rounded to tf32 (hi) and, for tf32x3, the tf32 rounding of what hi leaves (lo), each row's k tiles
-    in the kernel's fragment order and zero past K. Made by prepare_planes."""
+    in the kernel's fragment order and zero past K (the GEMM multiplies that padding by A's zeros, so
+    it must hold finite values). Made by prepare_planes."""
 
     def __init__(self, data, variant: str, k: int):
         _check_variant(variant)
@@ -259,7 +260,7 @@ class Planes:
 def prepare_planes(w, variant: str, *, transposed: bool = False, stream=None, out: Planes | None = None) -> Planes:
     """W [K, N] (or W^T [N, K] with transposed=True, e.g. wte for the LM head) -> Planes, on the GPU
     in one pass. K must be a multiple of 4 (the GEMM's 16-byte rows). ``out``: Planes of the same
-    variant and shape to write into (nothing is allocated: capturable in a CUDA graph)."""
+    variant, N and K to write into (nothing is allocated: capturable in a CUDA graph)."""
     _check_variant(variant)
     _check_array(w, "w", 2)
     n, k = (w.shape[0], w.shape[1]) if transposed else (w.shape[1], w.shape[0])

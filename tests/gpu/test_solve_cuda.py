@@ -102,8 +102,14 @@ def test_solve_rejects_bad_device_arguments(torch_cuda, cp):
     out = torch.full_like(x, 7.0)
     with pytest.raises(ValueError, match="output must not overlap x"):
         gpt2block.solve(x, x, w, 8)
-    with pytest.raises(TypeError, match="x must be float32"):
+    with pytest.raises(TypeError, match="x must be float32; got float64"):
         gpt2block.solve(x.double(), out, w, 8)
+    with pytest.raises(ValueError, match="weights requires grad: pass weights.detach()"):
+        gpt2block.solve(x, out, w.clone().requires_grad_(), 8)
+    with pytest.raises(TypeError, match="x must be a NumPy array or a CUDA array"):
+        gpt2block.solve(x.to_sparse(), out, w, 8)
+    with pytest.raises(TypeError, match="x must be a NumPy array or a CUDA array"):
+        gpt2block.solve(x.cpu(), out, w, 8)
     with pytest.raises(ValueError, match="x must be C-contiguous"):
         gpt2block.solve(torch.rand(768, 8, device="cuda").t(), out, w, 8)
     with pytest.raises(ValueError, match="output must have shape"):
