@@ -195,15 +195,16 @@ class WgTile:
 
 
 # Per variant; speeds: TFLOP/s at the LM head's 1024 x 768 x 50257 (many waves) relative to 128 x 128
-# (scripts/check_wgmma.py, version 8; tf32x3: 95.1, 75.5, 69.2, 74.7, 62.5; tf32: 157.0, 130.5, 101.2,
-# 92.2, 107.0, 72.2), the one-consumer tiles marked down to what they gave at M = 1024's block shapes.
-# 48 columns make 128 blocks of N = 768 (132 SMs): proj / mlp tf32x3 52 / 69 TFLOP/s, against 35 / 56
-# on 128 x 64. tf32x3 has no 192-column tile: its part registers spill there.
+# (scripts/check_wgmma.py, version 8; tf32x3: 95.1, 75.5, 69.2, 74.7, 62.5; tf32, one k tile at a
+# time: 167.9, 156.1, 124.5, 99.9, 126.1, 96.6), tf32x3's one-consumer tiles marked down to what they
+# gave at M = 1024's block shapes. 48 columns make 128 blocks of N = 768 (132 SMs): proj / mlp tf32x3
+# 52 / 69 TFLOP/s, against 35 / 56 on 128 x 64. tf32x3 has no 192-column tile: its part registers
+# spill there.
 WG_TILES = {
     "tf32x3": (WgTile(2, 128, 1.0), WgTile(2, 64, 0.79), WgTile(2, 48, 0.73), WgTile(1, 128, 0.75),
                WgTile(1, 64, 0.66)),
-    "tf32": (WgTile(2, 192, 1.20), WgTile(2, 128, 1.0), WgTile(2, 64, 0.78), WgTile(2, 48, 0.71),
-             WgTile(1, 128, 0.82), WgTile(1, 64, 0.55)),
+    "tf32": (WgTile(2, 192, 1.08), WgTile(2, 128, 1.0), WgTile(2, 64, 0.80), WgTile(2, 48, 0.64),
+             WgTile(1, 128, 0.81), WgTile(1, 64, 0.62)),
 }
 
 
