@@ -52,6 +52,7 @@
 // ---------------------------------------------------------------------------------------------
 #include "common.cuh"
 #include "mma.cuh"
+#include "attention_split.cuh"
 
 #define ATTN_LDS 68                       // shared row stride (floats) of a 64-wide tile: 16-byte rows, no bank conflicts
 #define ATTN_TILE_FLOATS (64 * ATTN_LDS)  // one 64 x 64 tile
@@ -84,13 +85,6 @@ __device__ __forceinline__ void attn_axpy4(float (&o)[4], float p, float4 v) {
     o[1] = fmaf(p, v.y, o[1]);
     o[2] = fmaf(p, v.z, o[2]);
     o[3] = fmaf(p, v.w, o[3]);
-}
-
-// Number of keys the query tile [q0, q0 + 64) of a block must visit.
-__device__ __forceinline__ int attn_keys_needed(int q0, int s_q, int s_kv, int q_start, int causal) {
-    if (!causal) return s_kv;
-    const int last_q = min(q0 + 64, s_q) - 1;
-    return min(s_kv, q_start + last_q + 1);
 }
 
 // =============================================================================================
@@ -253,16 +247,6 @@ __device__ __forceinline__ void attn_mma_split(float (&c)[4], const unsigned (&a
         mma_tf32_16x8x8(c, ah, f32_to_tf32(b0), f32_to_tf32(b1));
     }
 }
-
-// The split-key prefill's scratch (attention_prefill_split_*): per (query tile, head, split) a
-// partial: o [64 rows][64 dims] unnormalised, (m, l) [64 rows][2]; per (query tile, head) a ticket.
-struct AttnSplit {
-    int chunk;        // key tiles per split, at most: a query tile of n key tiles has ceil(n / chunk)
-                      // splits of balanced length (0: no splitting, the plain kernels)
-    float* part_o;    // [q tiles][H][gridDim.z][64][64]
-    float* part_ml;   // [q tiles][H][gridDim.z][64][2]
-    int* counters;    // [q tiles][H], zero before a launch and left zero after it
-};
 
 template <int NPASS, bool FRESH>
 __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, int q_stride,
@@ -482,34 +466,7 @@ __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, in
     __syncthreads();
     if (!attn_is_last) return;
     __threadfence();
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-        const int rl = warp * 16 + g + 8 * hf, row = q0 + rl;
-        if (row >= s_q) continue;
-        float mx = attn_neg_inf();
-        for (int sp = 0; sp < nsplit; ++sp) mx = fmaxf(mx, __ldcg(split.part_ml + (slot0 + sp) * 128 + rl * 2));
-        const float base = attn_safe_max(mx);
-        float lt = 0.f, acc[16];
-#pragma unroll
-        for (int i = 0; i < 16; ++i) acc[i] = 0.f;
-        for (int sp = 0; sp < nsplit; ++sp) {
-            const float2 ml = __ldcg(reinterpret_cast<const float2*>(split.part_ml + (slot0 + sp) * 128 + rl * 2));
-            const float w = ml.x == attn_neg_inf() ? 0.f : expf(ml.x - base);
-            lt += ml.y * w;
-            const float* po = split.part_o + (slot0 + sp) * 64 * 64 + rl * 64 + 2 * t;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const float2 ov = __ldcg(reinterpret_cast<const float2*>(po + 8 * j));
-                acc[2 * j] = fmaf(ov.x, w, acc[2 * j]);
-                acc[2 * j + 1] = fmaf(ov.y, w, acc[2 * j + 1]);
-            }
-        }
-        const float inv = 1.0f / lt;
-        float* orow = out + (size_t)row * D + col0 + 2 * t;
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-            *reinterpret_cast<float2*>(orow + 8 * j) = make_float2(acc[2 * j] * inv, acc[2 * j + 1] * inv);
-    }
+    attn_split_combine(split, slot0, nsplit, out, D, col0, q0, s_q, warp * 16 + g, t);
     if (threadIdx.x == 0) split.counters[tile] = 0;
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """GPU check of kernels/attention.cu through gpt2block.backends.cuda_attention: accuracy, then speed.
 
-Accuracy: every prefill variant (f32, tf32x3f, tf32) on causal and non-causal cases (S from 1 to
+Accuracy: every prefill variant (f32, tf32x3f, tf32; the last two on attention_wgmma.cu where the GPU
+has wgmma and, as "@mma", on attention.cu's mma.sync kernels) on causal and non-causal cases (S from 1 to
 8192, every GPT-2 width, chunked prefill with q_start > 0, the solve() layout with q/k/v inside
 one [S, 3D] buffer and the model's layout with K/V in a cache), and decode (B = 1, 3, 8, mixed
 lengths, K/V cache positions past each row's length filled with NaN); fresh N(0, 1) data, also
@@ -40,7 +41,15 @@ from gpt2block.backends import cuda_attention as ca  # noqa: E402
 EPS32 = float(np.finfo(np.float32).eps)
 TF32_LIMIT = 1e-2  # 1-pass TF32: max abs error at scale 1 (|out| ~ 1); indexing bugs give O(1) errors
 MAX_REF_ROWS = 384  # float64 reference rows per case beyond which rows are sampled
-VARIANTS = tuple(ca.PREFILL_VARIANTS)
+# prefill variants as run here: "v" with impl="auto" (the tensor-core variants on attention_wgmma.cu
+# where the GPU has wgmma), "v@mma" forcing attention.cu's mma.sync kernel
+VARIANTS = tuple(ca.PREFILL_VARIANTS) + tuple(f"{v}@mma" for v in ca.WG_KERNELS)
+
+
+def run_prefill(variant, *args, **kw):
+    """ca.attention_prefill with a VARIANTS entry."""
+    v, _, impl = variant.partition("@")
+    ca.attention_prefill(*args, variant=v, impl=impl or "auto", **kw)
 
 
 # -- references -------------------------------------------------------------------------------
@@ -95,7 +104,7 @@ class Result:
 
 
 def limit_for(variant, peer, ref_max, scale):
-    if variant == "tf32":
+    if variant.partition("@")[0] == "tf32":
         return TF32_LIMIT * max(1.0, ref_max) if scale == 1 else float("inf")
     return 2.0 * peer + EPS32 * ref_max
 
@@ -134,11 +143,11 @@ def check_prefill(torch, rng, s_q, d, causal, q_start=0, scale=1.0, layout=None,
     results = []
     for variant in variants:
         out = cp.full((s_q, d), np.nan, np.float32)
-        ca.attention_prefill(dq, dk, dv, out, n_head=n_head, s_q=s_q, s_kv=s_kv, causal=causal, q_start=q_start,
-                             q_stride=q_stride, kv_stride=kv_stride, variant=variant)
+        run_prefill(variant, dq, dk, dv, out, n_head=n_head, s_q=s_q, s_kv=s_kv, causal=causal, q_start=q_start,
+                    q_stride=q_stride, kv_stride=kv_stride)
         finite = bool(cp.isfinite(out).all())
         err = float(np.abs(cp.asnumpy(out)[rows] - ref).max())
-        name = (f"prefill {variant:6s} S={s_q:<5d} D={d:<4d} {'causal' if causal else 'full  '} "
+        name = (f"prefill {variant:11s} S={s_q:<5d} D={d:<4d} {'causal' if causal else 'full  '} "
                 f"q0={q_start:<4d} x{scale:g} {layout}")
         results.append(Result(name, err, peer, limit_for(variant, peer, ref_max, scale), finite))
     return results
@@ -287,8 +296,8 @@ def timing(torch, rng):
         out = cp.empty((s, d), np.float32)
         for variant in VARIANTS:
             def call(variant=variant):
-                ca.attention_prefill(qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:], out, n_head=n_head, s_q=s, s_kv=s,
-                                     causal=causal, q_stride=3 * d, kv_stride=3 * d, variant=variant)
+                run_prefill(variant, qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:], out, n_head=n_head, s_q=s, s_kv=s,
+                            causal=causal, q_stride=3 * d, kv_stride=3 * d)
             g = graph_ms(call)
             flops = 4.0 * s * s * d * (0.5 if causal else 1.0)
             rows.append((f"prefill {variant} S={s} D={d} {'causal' if causal else 'full'}",
@@ -352,7 +361,7 @@ def main(argv=None) -> int:
         print(r.line(), flush=True)
     failed = [r for r in results if not r.ok]
     print(f"\n{len(results) - len(failed)}/{len(results)} checks passed in {time.perf_counter() - t0:.1f} s")
-    for label, prefix in [(v, f"prefill {v:6s} ") for v in VARIANTS] + [("decode", "decode f32 ")]:
+    for label, prefix in [(v, f"prefill {v:11s} ") for v in VARIANTS] + [("decode", "decode f32 ")]:
         sel = [r for r in results if r.name.startswith(prefix) and r.peer > 0]
         if sel:
             worst = max(sel, key=lambda r: r.err / r.peer)

@@ -25,6 +25,7 @@ import cupy as cp
 import numpy as np
 
 from ..config import HEAD_DIM
+from .cuda_linear import wgmma_available
 from .cuda_modules import kernel, launch, sm_count
 
 TILE = 64  # query and key tile of the prefill kernels
@@ -111,13 +112,15 @@ def _out(name: str, out, rows: int, d: int) -> tuple[int, int]:
 
 def attention_prefill(q, k, v, out, *, n_head: int, s_q: int, s_kv: int, causal: bool, q_start: int = 0,
                       q_stride: int, kv_stride: int, variant: str = "f32", stream=None,
-                      chunk: int | None = None) -> None:
+                      chunk: int | None = None, impl: str = "auto") -> None:
     """out [s_q, D] = multi-head attention of one sequence (D = 64 * n_head).
 
     q: row i (query at position q_start + i) at q.data.ptr + i * q_stride (floats); k, v: key j at
     ptr + j * kv_stride. causal: query i sees keys 0 .. q_start + i; otherwise all s_kv keys.
     chunk (tensor-core variants, for tuning): key tiles per block of the split-key kernel, 0 for
-    the plain kernel; None: prefill_split_plan's choice.
+    the plain kernel; None: the plan's choice (prefill_split_plan, wg_split_plan).
+    impl: "auto" runs the tensor-core variants on attention_wgmma.cu where the device has wgmma
+    (compute capability 9.0), else on attention.cu's mma.sync kernels; "wgmma" / "mma" force one.
     """
     if variant not in PREFILL_VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(PREFILL_VARIANTS)}; got {variant!r}")
@@ -135,6 +138,17 @@ def attention_prefill(q, k, v, out, *, n_head: int, s_q: int, s_kv: int, causal:
         ("v", _span("v", _array("v", v), (s_kv - 1) * kv_stride + d)),
     ]
     _no_overlap("out", _out("out", out, s_q, d), spans)
+
+    if impl not in ("auto", "wgmma", "mma"):
+        raise ValueError(f"impl must be 'auto', 'wgmma' or 'mma'; got {impl!r}")
+    use_wg = variant in WG_KERNELS and impl != "mma" and wgmma_available()
+    if impl == "wgmma" and not use_wg:
+        raise ValueError(f"the wgmma attention needs variant 'tf32x3f' or 'tf32' on a compute capability 9.0 GPU; "
+                         f"got variant {variant!r} on compute capability {cp.cuda.Device().compute_capability}")
+    if use_wg:
+        _prefill_wgmma(q, k, v, out, n_head, d, s_q, s_kv, causal, q_start, q_stride, kv_stride, variant, stream,
+                       chunk)
+        return
 
     name, threads, smem = PREFILL_VARIANTS[variant]
     args = (q, np.int32(q_stride), k, v, np.int32(kv_stride), out,
@@ -187,6 +201,102 @@ def prefill_split_plan(s_q: int, s_kv: int, q_start: int, causal: bool, variant:
         return 0, 1
     chunk = max(4, -(-longest // 4))
     return chunk, _splits(tiles, chunk)
+
+
+# -- prefill on wgmma (kernels/attention_wgmma.cu, sm_90a) -----------------------------------------
+
+WG_KERNELS = {"tf32x3f": ("attention_wg_tf32x3", 3), "tf32": ("attention_wg_tf32", 1)}
+WG_THREADS = 288  # ATTN_WG_THREADS: two consumer warpgroups and the producer warp
+WG_ROWS = 128  # queries per block
+WG_TILE_FLOATS = 16384  # ATTN_WG_TILE_FLOATS: one key tile's K / V^T planes
+
+
+def wg_smem_bytes(passes: int) -> int:
+    """ATTN_WG_SMEM_BYTES of attention_wgmma.cu: Q planes of both warpgroups and the ring of stages."""
+    planes = 2 if passes == 3 else 1
+    stages = 2 if planes == 2 else 4
+    block = 8192
+    return 1024 + 2 * planes * 2 * block + stages * planes * 4 * block + 16 * stages
+
+
+def _wg_tiles_needed(s_q: int, s_kv: int, q_start: int, causal: bool) -> list[int]:
+    """Key tiles each 128-query block of attention_wgmma.cu visits."""
+    return [-(-(min(s_kv, q_start + min(q0 + WG_ROWS, s_q)) if causal else s_kv) // TILE)
+            for q0 in range(0, s_q, WG_ROWS)]
+
+
+@functools.lru_cache(maxsize=256)
+def wg_split_plan(s_q: int, s_kv: int, q_start: int, causal: bool, n_head: int, n_sm: int) -> tuple[int, int]:
+    """(chunk, splits) of the wgmma prefill: the chunk (key tiles per block) whose blocks, handed in
+    launch order to whichever SM frees first (one block per SM), finish soonest; a block costs its
+    key tiles plus one tile's worth for its start and, when split, one for its partial and combine.
+    (0, 1): no split."""
+    tiles = _wg_tiles_needed(s_q, s_kv, q_start, causal)
+    best = None
+    for chunk in sorted({0, *range(1, max(tiles) + 1)}):
+        splits = _splits(tiles, chunk) if chunk else 1
+        blocks = []  # launch order: x (heavy blocks first) fastest, then heads, then splits
+        for z in range(splits):
+            for _ in range(n_head):
+                for n in reversed(tiles):
+                    ns = -(-n // chunk) if chunk else 1
+                    if z < ns:
+                        blocks.append((z + 1) * n // ns - z * n // ns + 1 + (ns > 1))
+        free = [0.0] * min(n_sm, len(blocks))
+        for cost in blocks:
+            i = min(range(len(free)), key=free.__getitem__)
+            free[i] += cost
+        span = max(free)
+        if best is None or span < best[0] - 1e-9:
+            best = (span, chunk, splits)
+    return best[1], best[2]
+
+
+class _PlanesScratch:
+    def __init__(self, floats: int):
+        self.floats = floats
+        self.data = cp.empty(floats, cp.float32)
+
+
+_planes_scratches: dict[tuple, _PlanesScratch] = {}
+
+
+def _planes_scratch(floats: int, stream=None) -> cp.ndarray:
+    """attention_wg_kv_planes' output for launches on one stream (grown, never freed: a captured
+    CUDA graph may still use an outgrown one)."""
+    s = stream if stream is not None else cp.cuda.get_current_stream()
+    key = (cp.cuda.Device().id, s.ptr)
+    got = _planes_scratches.get(key)
+    if got is None or got.floats < floats:
+        if got is not None:
+            _retired.append(got)
+        with s:
+            got = _planes_scratches[key] = _PlanesScratch(floats)
+    return got.data
+
+
+def _prefill_wgmma(q, k, v, out, n_head, d, s_q, s_kv, causal, q_start, q_stride, kv_stride, variant, stream,
+                   chunk) -> None:
+    name, passes = WG_KERNELS[variant]
+    kt = -(-s_kv // TILE)
+    planes = _planes_scratch(n_head * kt * WG_TILE_FLOATS, stream)
+    launch(kernel("attention_wgmma", "attention_wg_kv_planes"), (kt, n_head), (256,),
+           (k, v, np.int32(kv_stride), planes, np.int32(s_kv), np.int32(passes)), stream=stream)
+    blocks_x = -(-s_q // WG_ROWS)
+    tiles = _wg_tiles_needed(s_q, s_kv, q_start, bool(causal))
+    if chunk is None:
+        chunk, splits = wg_split_plan(s_q, s_kv, q_start, bool(causal), n_head, sm_count())
+    else:
+        chunk = _int("chunk", chunk, 0)
+        splits = _splits(tiles, chunk) if chunk else 1
+        if splits > 65535:
+            raise ValueError(f"chunk = {chunk} gives {splits} splits, more than a grid's 65535")
+    scratch = _split_scratch(2 * blocks_x * n_head * splits, 2 * blocks_x * n_head, stream) if chunk else None
+    args = (q, np.int32(q_stride), planes, out, np.int32(d), np.int32(s_q), np.int32(s_kv), np.int32(q_start),
+            np.int32(bool(causal)), np.int32(chunk),
+            *((scratch.part_o, scratch.part_ml, scratch.counters) if scratch else (planes, planes, planes)))
+    launch(kernel("attention_wgmma", name), (blocks_x, n_head, splits), (WG_THREADS,), args,
+           shared_mem=wg_smem_bytes(passes), stream=stream)
 
 
 class _SplitScratch:

@@ -44,11 +44,13 @@ def test_prefill_cache_layout_noncausal(chk, torch_cuda, s):
     _assert_all(chk.check_prefill(torch_cuda, np.random.default_rng(s), s, 768, False, 0, 1.0, layout="cache"))
 
 
+@pytest.mark.parametrize("impl", ["auto", "mma"])
 @pytest.mark.parametrize("variant", ["tf32x3f", "tf32"])
 @pytest.mark.parametrize("causal", [True, False])
-def test_prefill_split_keys_agree_and_repeat(cp, variant, causal):
+def test_prefill_split_keys_agree_and_repeat(cp, variant, causal, impl):
     """The split-key kernels at any chunk (1 = one key tile per block, up to 16 splits) agree with the
-    plain kernel (chunk 0) to rounding and repeat bit for bit (the combine runs in split order)."""
+    plain kernel (chunk 0) to rounding and repeat bit for bit (the combine runs in split order);
+    impl "auto" is attention_wgmma.cu's kernel on a wgmma GPU, "mma" attention.cu's."""
     from gpt2block.backends import cuda_attention as ca
 
     s, d = 1023, 768
@@ -57,7 +59,8 @@ def test_prefill_split_keys_agree_and_repeat(cp, variant, causal):
     def run(chunk):
         out = cp.full((s, d), cp.nan, cp.float32)
         ca.attention_prefill(qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:], out, n_head=d // 64, s_q=s, s_kv=s,
-                             causal=causal, q_stride=3 * d, kv_stride=3 * d, variant=variant, chunk=chunk)
+                             causal=causal, q_stride=3 * d, kv_stride=3 * d, variant=variant, chunk=chunk,
+                             impl=impl)
         return out
 
     base = run(0)
@@ -72,6 +75,31 @@ def test_prefill_split_keys_agree_and_repeat(cp, variant, causal):
     with pytest.raises(ValueError, match="no split-key kernel"):
         ca.attention_prefill(qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:], base, n_head=d // 64, s_q=s, s_kv=s,
                              causal=causal, q_stride=3 * d, kv_stride=3 * d, variant="f32", chunk=2)
+
+
+def test_prefill_wgmma_is_the_default_on_hopper(cp):
+    """On a compute capability 9.0 GPU impl="auto" runs attention_wgmma.cu (its planes scratch is
+    made), "wgmma" is accepted for the tensor-core variants and refused, with a message, for f32."""
+    from gpt2block.backends import cuda_attention as ca
+    from gpt2block.backends.cuda_linear import wgmma_available
+
+    if not wgmma_available():
+        pytest.skip("no wgmma on this GPU")
+    s, d = 100, 768
+    qkv = cp.asarray(np.random.default_rng(9).standard_normal((s, 3 * d)).astype(np.float32))
+    args = (qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:])
+    kw = dict(n_head=d // 64, s_q=s, s_kv=s, causal=False, q_stride=3 * d, kv_stride=3 * d)
+    outs = {}
+    for impl in ("auto", "wgmma", "mma"):
+        outs[impl] = cp.full((s, d), cp.nan, cp.float32)
+        ca.attention_prefill(*args, outs[impl], variant="tf32x3f", impl=impl, **kw)
+    assert bool((outs["auto"] == outs["wgmma"]).all())
+    assert not bool((outs["auto"] == outs["mma"]).all()), "auto and mma gave identical bits: the same kernel?"
+    assert float(cp.abs(outs["auto"] - outs["mma"]).max()) < 1e-5
+    with pytest.raises(ValueError, match="wgmma attention needs variant"):
+        ca.attention_prefill(*args, outs["auto"], variant="f32", impl="wgmma", **kw)
+    with pytest.raises(ValueError, match="impl must be"):
+        ca.attention_prefill(*args, outs["auto"], variant="tf32", impl="cuda", **kw)
 
 
 DECODE = [  # (lengths, d, scale, n_ctx, tight max_len)
