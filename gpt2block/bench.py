@@ -95,42 +95,33 @@ def _device_median(torch, fn, reps):
     return _torch_median(torch, fn, reps, busy_cycles=2_000_000)
 
 
+def _device_us(e) -> float:
+    """A profiler row's device time in us (torch renamed cuda_time_total to device_time_total)."""
+    us = getattr(e, "device_time_total", None)
+    return e.cuda_time_total if us is None else us
+
+
 def _kernel_median(torch, fn, reps, warmup=3):
     """Median ms of the GPU kernels fn(i) launches (i = 0 .. reps - 1), from the profiler's kernel
-    records (CUPTI start / end of each kernel, whoever launched it: CuPy or torch), summed per call.
-    Between two events a ~15 us kernel also carries the gap from the spin kernel to its start
-    (about 2 us, measured against Nsight Compute's duration); this is the kernel's own time.
-    Raises RuntimeError when the profiler records no kernels or a number that is not a whole
-    number per call (nothing is then guessed)."""
-    from torch.autograd import DeviceType
+    records (CUPTI start / end of each kernel, whoever launched it: CuPy or torch), summed per call,
+    one profiler session per call. Between two events a ~15 us kernel also carries the gap from the
+    spin kernel to its start (about 2 us, measured against Nsight Compute's duration); this is the
+    kernel's own time. Raises RuntimeError when a session records no kernel."""
     from torch.profiler import ProfilerActivity, profile
 
     for i in range(warmup):
         fn(i)
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(reps):
-            fn(i)
-        torch.cuda.synchronize()
-    kernels = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA
-                      and not e.name.startswith(("Memcpy", "Memset"))), key=lambda e: e.time_range.start)
-    if not kernels or len(kernels) % reps:
-        raise RuntimeError(f"the profiler recorded {len(kernels)} kernels for {reps} calls")
-    per = len(kernels) // reps
-    times = [sum(e.time_range.elapsed_us() for e in kernels[i * per:(i + 1) * per]) / 1e3 for i in range(reps)]
-    return float(np.median(times))
-
-
-def _wall_median(sync, fn, reps, warmup=2):
-    for _ in range(warmup):
-        fn()
-    sync()
     times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - t0) * 1e3)
+    for i in range(reps):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn(i)
+            torch.cuda.synchronize()
+        # kernel rows by name (scripts/profile_decode.kernel_table reads them the same way)
+        us = sum(max(0.0, _device_us(e)) for e in prof.key_averages() if not e.key.startswith(("Memcpy", "Memset")))
+        if us <= 0:
+            raise RuntimeError("the profiler recorded no kernel time for a call")
+        times.append(us / 1e3)
     return float(np.median(times))
 
 

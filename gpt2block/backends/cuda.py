@@ -168,6 +168,7 @@ class CudaRunner(Runner):
         self.fused_decode = fused_decode  # decode batches that fit run all blocks in decode_layers_*
         self._fused = None  # cuda_decode.DecodeLayers, built at the first fused step
         self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
+        self._fwd = None  # forward_device's graphs (_ForwardGraphs), made at its first call
 
     def new_cache(self, batch: int) -> CudaCache:
         return CudaCache(batch, self.config)
@@ -224,22 +225,40 @@ class CudaRunner(Runner):
     def forward_device(self, ids: Sequence[int]):
         """forward() with the logits left on the GPU: a new CuPy array [len(ids), vocab], ready
         when this returns (no copy of T x 50257 floats to the host, which alone takes longer
-        than the model at 1024 tokens)."""
+        than the model at 1024 tokens).
+
+        With use_graphs, the blocks of a length's calls after its first run as one CUDA graph
+        (_ForwardGraphs: the second call captures it) on the runner's own cache and position
+        buffers; the LM head then writes straight into the new array."""
         ids = check_ids(ids, self.config.vocab_size)
-        cache = self.new_cache(1)
-        cache.check_room(0, len(ids))
-        with self.stream:
-            out = cp.empty((len(ids), self.config.vocab_size), cp.float32)  # the logits land here
-            self._prefill(cache, 0, ids, 0, np.arange(len(ids)), True, out=out)
+        t = len(ids)
+        if not self.use_graphs:
+            cache = self.new_cache(1)
+            cache.check_room(0, t)
+            with self.stream:
+                out = cp.empty((t, self.config.vocab_size), cp.float32)  # the logits land here
+                self._prefill(cache, 0, ids, 0, np.arange(t), True, out=out)
+            self.stream.synchronize()
+            return out
+        if self._fwd is None:
+            self._fwd = _ForwardGraphs(self)
+        out = self._fwd.run(ids)
         self.stream.synchronize()
         return out
 
     def _prefill(self, cache, row, ids, start, pos, all_logits, out=None):
         """The prefill's kernels on self.stream; returns the device logits (``out``, else the runner's
         buffer)."""
-        c = self.config
         t = len(ids)
         d_ids, d_seq, d_pos, _ = self._step_ints(ids, np.full(t, row), pos)
+        self._prefill_blocks(cache, row, t, start, d_ids, d_seq, d_pos)
+        cache.pos[row] = start + t
+        return self._head(0, t, out=out) if all_logits else self._head(t - 1, t, out=out)
+
+    def _prefill_blocks(self, cache, row, t, start, d_ids, d_seq, d_pos):
+        """Embedding and every block of a prefill of t tokens at positions start.. of cache row
+        ``row``, ids / rows / positions read from the device arrays d_ids, d_seq, d_pos [t]."""
+        c = self.config
         cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:t])
         for layer, w in enumerate(self.block_views):
             k_cache, v_cache = cache.kv[0, layer, 0], cache.kv[0, layer, 1]
@@ -251,8 +270,6 @@ class CudaRunner(Runner):
                 q_start=start, q_stride=3 * c.n_embd, kv_stride=c.n_embd, variant=self.attn_variant)
             run_block(w, self.x, self.ws, t, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                       attend=attend, after_qkv=store, planes=self._planes(layer))
-        cache.pos[row] = start + t
-        return self._head(0, t, out=out) if all_logits else self._head(t - 1, t, out=out)
 
     def _decode_kernels(self, cache: "CudaCache", step) -> None:
         """Every kernel of one decode step, reading ids / seq / pos / lengths from ``step`` [4, B]
@@ -444,6 +461,58 @@ _solve_ws: dict[tuple, BlockWorkspace] = {}  # (device, d) -> the solve() worksp
 SOLVE_VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32")}
 SOLVE_GRAPHS_MAX = 16  # captured solve calls kept per device (least recently used dropped)
 SOLVE_SEEN_MAX = 4096  # keys remembered as run once (forgotten all at once beyond this)
+
+
+class _ForwardGraphs:
+    """forward_device's blocks as CUDA graphs, one per sequence length: a length's first call runs
+    eagerly (compiling kernels, sizing workspaces), its second is captured, later ones replay it.
+    The graphs read the token ids from one device buffer (filled from pinned memory by an async copy
+    before the launch) and use a cache of the runner's own (the K / V of positions 0 .. t - 1 are
+    written before they are read, so nothing needs clearing between calls). The LM head runs after
+    the replay, eagerly, into the caller's new array. At most MAX graphs are kept (least recently
+    used dropped)."""
+
+    MAX = 8
+
+    def __init__(self, runner: "CudaRunner"):
+        c = runner.config
+        self.runner = runner
+        self.cache = runner.new_cache(1)
+        self.host_ints = _pinned((3 * c.n_positions,), np.int32)
+        self.ints = cp.empty(3 * c.n_positions, cp.int32)  # ids, rows (0), positions of a call
+        self.graphs: dict = {}  # t -> graph, least recently used first
+        self.seen: set = set()
+
+    def run(self, ids: np.ndarray):
+        r, t = self.runner, len(ids)
+        self.cache.pos[0] = 0
+        self.cache.check_room(0, t)
+        h = self.host_ints
+        h[:t], h[t:2 * t], h[2 * t:3 * t] = ids, 0, np.arange(t)
+        with r.stream:
+            self.ints[:3 * t].set(h[:3 * t], stream=r.stream)
+            d_ids, d_seq, d_pos = self.ints[:t], self.ints[t:2 * t], self.ints[2 * t:3 * t]
+            out = cp.empty((t, r.config.vocab_size), cp.float32)  # the logits land here
+            graph = self.graphs.pop(t, None)
+            if graph is None and t in self.seen:
+                r.stream.begin_capture()
+                try:
+                    r._prefill_blocks(self.cache, 0, t, 0, d_ids, d_seq, d_pos)
+                except BaseException:
+                    self.seen.discard(t)
+                    raise
+                finally:
+                    graph = r.stream.end_capture()
+            if graph is not None:
+                graph.launch(r.stream)
+                self.graphs[t] = graph
+                while len(self.graphs) > self.MAX:
+                    self.graphs.pop(next(iter(self.graphs)))
+            else:
+                r._prefill_blocks(self.cache, 0, t, 0, d_ids, d_seq, d_pos)
+                self.seen.add(t)
+            r._head(0, t, out=out)
+        return out
 
 
 class _SolveGraphs:

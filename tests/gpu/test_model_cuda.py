@@ -342,3 +342,25 @@ def test_forward_device_equals_forward(hf_models, cp):
     np.testing.assert_array_equal(keep, runner.forward(ids))
     with pytest.raises(ValueError, match="outside the vocabulary"):
         runner.forward_device([50257])
+
+
+def test_forward_device_graphs_replay_exactly(hf_models, cp):
+    """forward_device's graphs (a length's first call eager, its second captured, later replays),
+    lengths interleaved, new ids each call: every call's logits are bit-identical to forward()'s on
+    the same ids, and to a runner without graphs; each call returns its own array."""
+    path, _ = hf_models[768]
+    weights = load_weights(path)
+    runner = make_runner(weights, "cuda")
+    plain = make_runner(weights, "cuda")
+    plain.use_graphs = False
+    rng = np.random.default_rng()
+    kept = []
+    for t in (1, 2, 30, 1, 100, 2, 30, 1, 1024, 100, 1024, 1024):
+        ids = rng.integers(0, 50257, t)
+        got = runner.forward_device(ids)
+        assert bool(cp.isfinite(got).all()), f"length {t}: non-finite logits"
+        np.testing.assert_array_equal(cp.asnumpy(got), plain.forward(ids), err_msg=f"length {t}")
+        kept.append((got, cp.asnumpy(got)))
+    for got, host in kept:  # no later call wrote into an earlier call's array
+        np.testing.assert_array_equal(cp.asnumpy(got), host)
+    assert set(runner._fwd.graphs) == {1, 2, 30, 100, 1024}
