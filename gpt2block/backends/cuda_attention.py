@@ -283,12 +283,11 @@ def _prefill_wgmma(q, k, v, out, n_head, d, s_q, s_kv, causal, q_start, q_stride
     launch(kernel("attention_wgmma", "attention_wg_kv_planes"), (kt, n_head), (256,),
            (k, v, np.int32(kv_stride), planes, np.int32(s_kv), np.int32(passes)), stream=stream)
     blocks_x = -(-s_q // WG_ROWS)
-    tiles = _wg_tiles_needed(s_q, s_kv, q_start, bool(causal))
     if chunk is None:
         chunk, splits = wg_split_plan(s_q, s_kv, q_start, bool(causal), n_head, sm_count())
     else:
         chunk = _int("chunk", chunk, 0)
-        splits = _splits(tiles, chunk) if chunk else 1
+        splits = _splits(_wg_tiles_needed(s_q, s_kv, q_start, bool(causal)), chunk) if chunk else 1
         if splits > 65535:
             raise ValueError(f"chunk = {chunk} gives {splits} splits, more than a grid's 65535")
     scratch = _split_scratch(2 * blocks_x * n_head * splits, 2 * blocks_x * n_head, stream) if chunk else None

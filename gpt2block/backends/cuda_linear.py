@@ -234,9 +234,17 @@ def wgmma_stages(variant: str, tile: WgTile) -> int:
     return s
 
 
+_wgmma_devices: dict[int, bool] = {}
+
+
 def wgmma_available() -> bool:
-    """Whether gemm_wgmma.cu runs on the current device (compute capability 9.0)."""
-    return cp.cuda.Device().compute_capability == "90"
+    """Whether the wgmma kernels (gemm_wgmma.cu, attention_wgmma.cu) run on the current device
+    (compute capability 9.0); cached per device (it is asked at every launch)."""
+    dev = cp.cuda.runtime.getDevice()
+    got = _wgmma_devices.get(dev)
+    if got is None:
+        got = _wgmma_devices[dev] = cp.cuda.Device(dev).compute_capability == "90"
+    return got
 
 
 class Planes:
