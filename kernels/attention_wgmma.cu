@@ -59,6 +59,10 @@
 #define ATTN_WG_V_FLOATS 8192              // V^T's offset within it
 #define ATTN_WG_BLOCK_BYTES 8192           // one [64][32] plane block
 #define ATTN_WG_THREADS 288                // 2 consumer warpgroups + the producer warp
+#ifndef ATTN_WG_GROUP
+#define ATTN_WG_GROUP 2  // tf32x3: k8 steps per tensor-core sum (6 products); 4 (12 products) measured
+                         // up to 3.5x torch fp32's error
+#endif
 #define ATTN_WG_STAGES(planes) ((planes) == 2 ? 2 : 4)
 #define ATTN_WG_Q_BYTES(planes) ((planes) * 2 * ATTN_WG_BLOCK_BYTES)      // one warpgroup's Q planes
 #define ATTN_WG_STAGE_BYTES(planes) ((planes) * 4 * ATTN_WG_BLOCK_BYTES)  // K and V^T planes of a tile
@@ -223,23 +227,39 @@ __device__ __forceinline__ void attn_wg_body(const float* __restrict__ q, int q_
         }
         const unsigned kb = ring + s * ST, vb = kb + VOFF;
 
-        // S = (Q / 8) K^T
-        wgmma_fence();
-        wgmma_pin(sacc);
-        wgmma_pin(part);
+        // S = (Q / 8) K^T. tf32x3: ATTN_WG_GROUP k8 steps (3 products each) per tensor-core sum, the
+        // first group into S, each later one into `part` and added to S in fp32.
         if (PASSES == 3) {
+            auto s_group = [&](float (&d)[32], int grp) {
 #pragma unroll
-            for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-                for (int k8 = 0; k8 < 4; ++k8) {
-                    const unsigned off = GW_K8_STEP * k8;
-                    float(&d)[32] = hf == 0 ? sacc : part;
+                for (int u = 0; u < ATTN_WG_GROUP; ++u) {
+                    const int kk = grp * ATTN_WG_GROUP + u, hf = kk >> 2;
+                    const unsigned off = GW_K8_STEP * (kk & 3);
                     wgmma_tf32_ss_m64n64k8(d, wgmma_desc(qa + blk(1, hf) + off), wgmma_desc(kb + blk(0, hf) + off),
-                                           k8 == 0 ? 0 : 1);  // lo * hi'
+                                           u == 0 ? 0 : 1);  // lo * hi'
                     wgmma_tf32_ss_m64n64k8(d, wgmma_desc(qa + blk(0, hf) + off), wgmma_desc(kb + blk(1, hf) + off), 1);
                     wgmma_tf32_ss_m64n64k8(d, wgmma_desc(qa + blk(0, hf) + off), wgmma_desc(kb + blk(0, hf) + off), 1);
                 }
+            };
+            wgmma_fence();
+            wgmma_pin(sacc);
+            s_group(sacc, 0);
+            wgmma_commit();
+#pragma unroll
+            for (int grp = 1; grp < 8 / ATTN_WG_GROUP; ++grp) {
+                wgmma_fence();  // part was read by the adds since its last wgmma
+                wgmma_pin(part);
+                s_group(part, grp);
+                wgmma_commit();
+                wgmma_wait<0>();
+                wgmma_pin(sacc);
+                wgmma_pin(part);
+#pragma unroll
+                for (int e = 0; e < 32; ++e) sacc[e] += part[e];
+            }
         } else {
+            wgmma_fence();
+            wgmma_pin(sacc);
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
@@ -248,14 +268,9 @@ __device__ __forceinline__ void attn_wg_body(const float* __restrict__ q, int q_
                     wgmma_tf32_ss_m64n64k8(sacc, wgmma_desc(qa + blk(0, hf) + off), wgmma_desc(kb + blk(0, hf) + off),
                                            hf == 0 && k8 == 0 ? 0 : 1);
                 }
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_pin(sacc);
-        wgmma_pin(part);
-        if (PASSES == 3) {
-#pragma unroll
-            for (int e = 0; e < 32; ++e) sacc[e] += part[e];
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_pin(sacc);
         }
 
         // mask, then the online softmax of rows 16 warp + g (hf = 0) and + 8 (hf = 1)
@@ -295,32 +310,34 @@ __device__ __forceinline__ void attn_wg_body(const float* __restrict__ q, int q_
             o[4 * j + 2] *= alpha[1]; o[4 * j + 3] *= alpha[1];
         }
 
-        // O += P V, 32 keys at a time
+        // O += P V, NG k8 steps (8 keys each) per tensor-core sum into `part`, added to O in fp32
+        constexpr int NG = PASSES == 3 ? ATTN_WG_GROUP : 4;
 #pragma unroll
-        for (int kh = 0; kh < 2; ++kh) {
-            unsigned ph[4][4], pl[4][4];
+        for (int grp = 0; grp < 8 / NG; ++grp) {
+            unsigned ph[NG][4], pl[NG][4];
 #pragma unroll
-            for (int jj = 0; jj < 4; ++jj) {
-                const int j = 4 * kh + jj;
+            for (int u = 0; u < NG; ++u) {
+                const int j = grp * NG + u;
                 // fragment register hf + 2e: row + 8 hf, k position t + 4e <-> key 8j + 2t + e
                 const float pa[4] = {sacc[4 * j], sacc[4 * j + 2], sacc[4 * j + 1], sacc[4 * j + 3]};
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    if (PASSES == 3) split_tf32_fast(pa[e], ph[jj][e], pl[jj][e]);
-                    else ph[jj][e] = tf32_rna_bits(pa[e]);
+                    if (PASSES == 3) split_tf32(pa[e], ph[u][e], pl[u][e]);
+                    else ph[u][e] = tf32_rna_bits(pa[e]);
                 }
             }
             wgmma_fence();
             wgmma_pin(part);
 #pragma unroll
-            for (int jj = 0; jj < 4; ++jj) {
-                const unsigned off = GW_K8_STEP * jj;
+            for (int u = 0; u < NG; ++u) {
+                const int j = grp * NG + u, kh = j >> 2;
+                const unsigned off = GW_K8_STEP * (j & 3);
                 if (PASSES == 3) {
-                    wgmma_tf32_rs_m64n64k8(part, pl[jj], wgmma_desc(vb + blk(0, kh) + off), jj == 0 ? 0 : 1);
-                    wgmma_tf32_rs_m64n64k8(part, ph[jj], wgmma_desc(vb + blk(1, kh) + off), 1);
-                    wgmma_tf32_rs_m64n64k8(part, ph[jj], wgmma_desc(vb + blk(0, kh) + off), 1);
+                    wgmma_tf32_rs_m64n64k8(part, pl[u], wgmma_desc(vb + blk(0, kh) + off), u == 0 ? 0 : 1);
+                    wgmma_tf32_rs_m64n64k8(part, ph[u], wgmma_desc(vb + blk(1, kh) + off), 1);
+                    wgmma_tf32_rs_m64n64k8(part, ph[u], wgmma_desc(vb + blk(0, kh) + off), 1);
                 } else {
-                    wgmma_tf32_rs_m64n64k8(part, ph[jj], wgmma_desc(vb + blk(0, kh) + off), jj == 0 ? 0 : 1);
+                    wgmma_tf32_rs_m64n64k8(part, ph[u], wgmma_desc(vb + blk(0, kh) + off), u == 0 ? 0 : 1);
                 }
             }
             wgmma_commit();

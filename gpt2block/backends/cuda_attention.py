@@ -141,7 +141,8 @@ def attention_prefill(q, k, v, out, *, n_head: int, s_q: int, s_kv: int, causal:
 
     if impl not in ("auto", "wgmma", "mma"):
         raise ValueError(f"impl must be 'auto', 'wgmma' or 'mma'; got {impl!r}")
-    use_wg = variant in WG_KERNELS and impl != "mma" and wgmma_available()
+    use_wg = variant in WG_KERNELS and (impl == "wgmma" or (impl == "auto" and variant in WG_AUTO)) \
+        and wgmma_available()
     if impl == "wgmma" and not use_wg:
         raise ValueError(f"the wgmma attention needs variant 'tf32x3f' or 'tf32' on a compute capability 9.0 GPU; "
                          f"got variant {variant!r} on compute capability {cp.cuda.Device().compute_capability}")
@@ -206,6 +207,7 @@ def prefill_split_plan(s_q: int, s_kv: int, q_start: int, causal: bool, variant:
 # -- prefill on wgmma (kernels/attention_wgmma.cu, sm_90a) -----------------------------------------
 
 WG_KERNELS = {"tf32x3f": ("attention_wg_tf32x3", 3), "tf32": ("attention_wg_tf32", 1)}
+WG_AUTO = ("tf32x3f", "tf32")  # the variants impl="auto" runs on attention_wgmma.cu
 WG_THREADS = 288  # ATTN_WG_THREADS: two consumer warpgroups and the producer warp
 WG_ROWS = 128  # queries per block
 WG_TILE_FLOATS = 16384  # ATTN_WG_TILE_FLOATS: one key tile's K / V^T planes
