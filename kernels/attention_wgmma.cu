@@ -101,8 +101,6 @@ extern "C" __global__ void __launch_bounds__(256) attention_wg_kv_planes(
         float4 hi, lo;
         attn_wg_split4(kx, hi, lo);
         const int half = c4 >> 3, at = attn_wg_at(r, 4 * (c4 & 7));
-        if (passes == 1) hi = make_float4(__uint_as_float(tf32_rna_bits(kx.x)), __uint_as_float(tf32_rna_bits(kx.y)),
-                                          __uint_as_float(tf32_rna_bits(kx.z)), __uint_as_float(tf32_rna_bits(kx.w)));
         *reinterpret_cast<float4*>(base + half * 2048 + at) = hi;
         if (passes == 3) *reinterpret_cast<float4*>(base + (2 + half) * 2048 + at) = lo;
         vs[r][4 * c4] = vx.x; vs[r][4 * c4 + 1] = vx.y; vs[r][4 * c4 + 2] = vx.z; vs[r][4 * c4 + 3] = vx.w;

@@ -141,8 +141,7 @@ def attention_prefill(q, k, v, out, *, n_head: int, s_q: int, s_kv: int, causal:
 
     if impl not in ("auto", "wgmma", "mma"):
         raise ValueError(f"impl must be 'auto', 'wgmma' or 'mma'; got {impl!r}")
-    use_wg = variant in WG_KERNELS and (impl == "wgmma" or (impl == "auto" and variant in WG_AUTO)) \
-        and wgmma_available()
+    use_wg = variant in WG_KERNELS and impl != "mma" and wgmma_available()
     if impl == "wgmma" and not use_wg:
         raise ValueError(f"the wgmma attention needs variant 'tf32x3f' or 'tf32' on a compute capability 9.0 GPU; "
                          f"got variant {variant!r} on compute capability {cp.cuda.Device().compute_capability}")
@@ -174,11 +173,11 @@ def attention_prefill(q, k, v, out, *, n_head: int, s_q: int, s_kv: int, causal:
     launch(kernel("attention", name), grid, (threads,), args, shared_mem=smem, stream=stream)
 
 
-def _tiles_needed(s_q: int, s_kv: int, q_start: int, causal: bool) -> list[int]:
-    """Key tiles each query tile visits (attn_keys_needed in attention.cu)."""
+def _tiles_needed(s_q: int, s_kv: int, q_start: int, causal: bool, rows: int = TILE) -> list[int]:
+    """Key tiles each block of ``rows`` queries visits (attn_keys_needed in attention_split.cuh)."""
     out = []
-    for q0 in range(0, s_q, TILE):
-        keys = min(s_kv, q_start + min(q0 + TILE, s_q)) if causal else s_kv
+    for q0 in range(0, s_q, rows):
+        keys = min(s_kv, q_start + min(q0 + rows, s_q)) if causal else s_kv
         out.append(-(-keys // TILE))
     return out
 
@@ -207,7 +206,6 @@ def prefill_split_plan(s_q: int, s_kv: int, q_start: int, causal: bool, variant:
 # -- prefill on wgmma (kernels/attention_wgmma.cu, sm_90a) -----------------------------------------
 
 WG_KERNELS = {"tf32x3f": ("attention_wg_tf32x3", 3), "tf32": ("attention_wg_tf32", 1)}
-WG_AUTO = ("tf32x3f", "tf32")  # the variants impl="auto" runs on attention_wgmma.cu
 WG_THREADS = 288  # ATTN_WG_THREADS: two consumer warpgroups and the producer warp
 WG_ROWS = 128  # queries per block
 WG_TILE_FLOATS = 16384  # ATTN_WG_TILE_FLOATS: one key tile's K / V^T planes
@@ -221,19 +219,13 @@ def wg_smem_bytes(passes: int) -> int:
     return 1024 + 2 * planes * 2 * block + stages * planes * 4 * block + 16 * stages
 
 
-def _wg_tiles_needed(s_q: int, s_kv: int, q_start: int, causal: bool) -> list[int]:
-    """Key tiles each 128-query block of attention_wgmma.cu visits."""
-    return [-(-(min(s_kv, q_start + min(q0 + WG_ROWS, s_q)) if causal else s_kv) // TILE)
-            for q0 in range(0, s_q, WG_ROWS)]
-
-
 @functools.lru_cache(maxsize=256)
 def wg_split_plan(s_q: int, s_kv: int, q_start: int, causal: bool, n_head: int, n_sm: int) -> tuple[int, int]:
     """(chunk, splits) of the wgmma prefill: the chunk (key tiles per block) whose blocks, handed in
     launch order to whichever SM frees first (one block per SM), finish soonest; a block costs its
     key tiles plus one tile's worth for its start and, when split, one for its partial and combine.
     (0, 1): no split."""
-    tiles = _wg_tiles_needed(s_q, s_kv, q_start, causal)
+    tiles = _tiles_needed(s_q, s_kv, q_start, causal, WG_ROWS)
     best = None
     for chunk in sorted({0, *range(1, max(tiles) + 1)}):
         splits = _splits(tiles, chunk) if chunk else 1
@@ -289,7 +281,7 @@ def _prefill_wgmma(q, k, v, out, n_head, d, s_q, s_kv, causal, q_start, q_stride
         chunk, splits = wg_split_plan(s_q, s_kv, q_start, bool(causal), n_head, sm_count())
     else:
         chunk = _int("chunk", chunk, 0)
-        splits = _splits(_wg_tiles_needed(s_q, s_kv, q_start, bool(causal)), chunk) if chunk else 1
+        splits = _splits(_tiles_needed(s_q, s_kv, q_start, bool(causal), WG_ROWS), chunk) if chunk else 1
         if splits > 65535:
             raise ValueError(f"chunk = {chunk} gives {splits} splits, more than a grid's 65535")
     scratch = _split_scratch(2 * blocks_x * n_head * splits, 2 * blocks_x * n_head, stream) if chunk else None
