@@ -8,10 +8,11 @@
 // a ring of shared-memory stages that keeps going across phase boundaries (weights depend on
 // nothing the step computes, so the copies for the next phase are in flight while the blocks
 // wait for each other), and the blocks meet at a grid barrier between the phases of a layer.
-// Measured (docs/PERFORMANCE.md, version 4): 22 us a layer at gpt2 batch 1, no faster than
-// the five kernels, as each phase's own latency (activations from L2, LayerNorm, one warp per
-// row) and the barriers remain; at gpt2-xl as fast in fp32 and 11% faster in bf16, so the
-// runner uses it from n_embd 1600 (cuda.py, fused_decode="auto").
+// Measured (docs/PERFORMANCE.md, versions 4 and 10): 22 us a layer at gpt2 batch 1 and 37 us
+// at batch 8, slightly slower than the five kernels at gpt2 width, as each phase's own latency
+// (activations from L2, LayerNorm, the warps' arithmetic) and five grid barriers of 1-2 us a
+// layer remain; at gpt2-xl as fast in fp32 and faster in bf16, so the runner uses it from
+// n_embd 1600 (cuda.py, fused_decode="auto").
 //
 //   phase   computes                                        split over the blocks by
 //   QKV     qkv = LN1(x) @ Wqkv^T + b; K, V -> the cache    rows of Wqkv [3D, D]
@@ -61,7 +62,7 @@
 #define DL_MAX_M 8
 #define DL_MAX_STAGES 16
 #define DL_MAX_LAYERS 48  // gpt2-xl
-#define DL_UNROLL 4  // 16-byte weight pieces a lane loads before it does their arithmetic
+#define DL_CHUNK 2  // weight stages a warp works on at once, at most (the matrix phase's CHUNK)
 #define DL_KEYS 64  // keys per attention task
 #define DL_GROUPS (DL_THREADS / 16)  // 16-lane groups of an attention task
 #define DL_BARRIER_SPINS (1u << 24)  // polls before a grid barrier gives up (__trap)
@@ -223,19 +224,32 @@ struct DlRing {
         }
     }
 
-    // The compute side: the next stage's weights [DL_ROWS][D], landed (every compute thread waits).
-    __device__ const T* acquire() {
+    // The compute side: the next n stages (n <= n_stages), landed (every compute thread waits);
+    // stage j of them is at stage(j), [DL_ROWS][D].
+    __device__ void acquire(int n) {
         DL_CLOCK(t0);
-        dl_mbar_wait(full(slot), parity);
+        for (int j = 0; j < n; ++j) {
+            const int s = slot + j;
+            dl_mbar_wait(full(s < n_stages ? s : s - n_stages), s < n_stages ? parity : parity ^ 1);
+        }
         DL_ADD_WAIT(t0);
-        return slots + (long long)slot * DL_ROWS * D;
     }
-    // ... and handed back once this warp is done with it (every compute thread calls it).
-    __device__ void release() {
+    __device__ const T* stage(int j) const {
+        const int s = slot + j;
+        return slots + (long long)(s < n_stages ? s : s - n_stages) * DL_ROWS * D;
+    }
+    // ... and handed back once this warp is done with them (every compute thread calls it).
+    __device__ void release(int n) {
         __syncwarp();
-        if ((threadIdx.x & 31) == 0) dl_mbar_arrive(empty(slot));
-        if (++slot == n_stages) {
-            slot = 0;
+        if ((threadIdx.x & 31) == 0) {
+            for (int j = 0; j < n; ++j) {
+                const int s = slot + j;
+                dl_mbar_arrive(empty(s < n_stages ? s : s - n_stages));
+            }
+        }
+        slot += n;
+        if (slot >= n_stages) {
+            slot -= n_stages;
             parity ^= 1;
         }
     }
@@ -328,30 +342,42 @@ __device__ __forceinline__ void dl_phase_inputs(const DlStep& st, int P, const D
     dl_params_store(P, D, q, sm);
     float4* a4 = reinterpret_cast<float4*>(sm.act);
     const float4* s4 = reinterpret_cast<const float4*>(src);
-    for (int i = threadIdx.x; i < st.M * K / 4; i += DL_THREADS) a4[i] = __ldcg(s4 + i);
-    if (P == 1 || P == 3) {
-        const DlGeo geo = dl_geo[P];
-        const int rows = geo.hi - geo.lo;
-        for (int i = threadIdx.x; i < st.M * rows; i += DL_THREADS) {
-            const int m = i / rows, j = i - m * rows;
-            sm.res[m * sm.rmax + j] = __ldcg(st.x + (long long)m * D + geo.lo + j);
-        }
+    const int n4 = st.M * K / 4;
+    const DlGeo geo = dl_geo[P];
+    const int rows = geo.hi - geo.lo, nres = P == 1 || P == 3 ? st.M * rows : 0;
+    // the loads in batches of 4 float4 per thread (the residual slice with the first), each
+    // batch issued before its stores: one round trip to L2 per batch, not per load
+    const int i = threadIdx.x, m = i / max(rows, 1), j = i - m * rows;
+    for (int base = 0; base < n4; base += 4 * DL_THREADS) {
+        float4 v[4];
+        float r = 0.0f;
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            if (base + i + u * DL_THREADS < n4) v[u] = __ldcg(s4 + base + i + u * DL_THREADS);
+        if (base == 0 && i < nres) r = __ldcg(st.x + (long long)m * D + geo.lo + j);
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            if (base + i + u * DL_THREADS < n4) a4[base + i + u * DL_THREADS] = v[u];
+        if (base == 0 && i < nres) sm.res[m * sm.rmax + j] = r;
+    }
+    for (int t = i + DL_THREADS; t < nres; t += DL_THREADS) {  // (more than a load per thread: small grids)
+        const int mt = t / rows, jt = t - mt * rows;
+        sm.res[mt * sm.rmax + jt] = __ldcg(st.x + (long long)mt * D + geo.lo + jt);
     }
     dl_sync();
 }
 
-// act [M][D] <- LayerNorm(act; ln_g, ln_b) in place. The sums of each row (float64, one pass:
-// float64 keeps the sum of squares exact enough for rows in the thousands) are spread over the
-// whole block, thread t taking float4s t, t + 256, ... of every row, then added warp by warp
-// in a fixed order; then the block normalizes.
+// act [M][D] <- LayerNorm(act; ln_g, ln_b) in place. Warp m forms row m's sums (float64, one
+// pass: float64 keeps the sum of squares exact enough for rows in the thousands; the lanes' sums
+// meet by shuffles in a fixed order) and 1/std (rsqrtf refined by a float64 Newton step, below
+// float32's rounding); then the block normalizes.
 __device__ __forceinline__ void dl_layernorm_act(const DlSmem& sm, int M, int D, float eps) {
-    __shared__ double part[DL_MAX_M][DL_WARPS][2];
     __shared__ double stat[DL_MAX_M][2];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, D4 = D / 4;
     float4* a4 = reinterpret_cast<float4*>(sm.act);
-    for (int m = 0; m < M; ++m) {
+    for (int m = warp; m < M; m += DL_WARPS) {
         double s = 0.0, q = 0.0;
-        for (int k = threadIdx.x; k < D4; k += DL_THREADS) {
+        for (int k = lane; k < D4; k += 32) {
             const float4 v = a4[m * D4 + k];
             const double p = v.x, r = v.y, t = v.z, u = v.w;
             s += (p + r) + (t + u);
@@ -360,22 +386,12 @@ __device__ __forceinline__ void dl_layernorm_act(const DlSmem& sm, int M, int D,
         s = warp_sum(s);
         q = warp_sum(q);
         if (lane == 0) {
-            part[m][warp][0] = s;
-            part[m][warp][1] = q;
+            const double mean = s / D, var = fmax(q / D - mean * mean, 0.0) + (double)eps;
+            double r = rsqrtf((float)var);
+            r = r * (1.5 - 0.5 * var * r * r);
+            stat[m][0] = mean;
+            stat[m][1] = r;
         }
-    }
-    dl_sync();
-    if (threadIdx.x < M) {
-        const int m = threadIdx.x;
-        double s = 0.0, q = 0.0;
-#pragma unroll
-        for (int w = 0; w < DL_WARPS; ++w) {
-            s += part[m][w][0];
-            q += part[m][w][1];
-        }
-        const double mean = s / D;
-        stat[m][0] = mean;
-        stat[m][1] = 1.0 / sqrt(fmax(q / D - mean * mean, 0.0) + (double)eps);
     }
     dl_sync();
     const float4* g4 = reinterpret_cast<const float4*>(sm.ln_g);
@@ -393,86 +409,149 @@ __device__ __forceinline__ void dl_layernorm_act(const DlSmem& sm, int M, int D,
     dl_sync();
 }
 
-// Matrix phase P for this block's rows: warp w takes row row0 + w of each stage, its lanes
-// 16-byte pieces of the row (lane l: pieces l, l + 32, ...) against the activations act [M][K]
-// in shared memory; a row of K = 4D spans four stages, its sums carried in registers. The warp's
-// sums meet by shuffles, then lane m applies the epilogue of output (m, row).
-template <typename T, int P>
-__device__ __forceinline__ void dl_matrix_phase(const DlStep& st, DlRing<T>& ring, const DlSmem& sm, int layer) {
+// Sums over the warp's 32 lanes of MP values at once (the tokens of one output row): MP halving
+// steps trade half the values with the lane 16, 8, ... apart (log2 MP shuffles of MP - 1 values in
+// all), then full sums over the remaining lane bits. Lane l returns the sum of v[l / (32 / MP)].
+// A fixed order, so results repeat bit for bit.
+template <int MP>
+__device__ __forceinline__ float dl_warp_sums(float (&v)[MP], int lane) {
+#pragma unroll
+    for (int h = MP / 2, mask = 16; h >= 1; h /= 2, mask /= 2) {
+        const bool upper = lane & mask;
+#pragma unroll
+        for (int i = 0; i < h; ++i) {
+            const float keep = upper ? v[i + h] : v[i];
+            const float send = upper ? v[i] : v[i + h];
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+        }
+    }
+    float s = v[0];
+#pragma unroll
+    for (int mask = 16 / MP; mask >= 1; mask /= 2) s += __shfl_xor_sync(0xffffffffu, s, mask);
+    return s;
+}
+
+// The epilogue of output (m, n) of matrix phase P: sum + bias, then the phase's own end.
+template <int P>
+__device__ __forceinline__ void dl_store_output(const DlStep& st, const DlSmem& sm, int layer, int m, int n, int r0,
+                                                float sum) {
+    const int D = st.D;
+    const float v = sum + sm.bias[n - r0];
+    if (P == 0) {  // q | k | v; keys and values also into the cache
+        st.qkv[(long long)m * 3 * D + n] = v;
+        if (n >= D) {
+            const int part = n >= 2 * D;  // 0: key, 1: value
+            st.kv[dl_seq[m] * st.batch_stride + layer * st.layer_stride + (long long)part * st.n_ctx * D +
+                  (long long)dl_pos[m] * D + (n - D - part * D)] = v;
+        }
+    } else if (P == 2) {
+        st.hid[(long long)m * 4 * D + n] = gelu_tanh(v);
+    } else {  // the residual adds: x = x + (sum + bias), as the unfused GEMVs add them
+        st.x[(long long)m * D + n] = v + sm.res[m * sm.rmax + (n - r0)];
+    }
+}
+
+// Matrix phase P for this block's rows [r0, r1), MP >= M tokens (1, 2, 4 or 8). The rows come in
+// row groups of DL_ROWS, one per stage and segment (K = nseg * D); warp w takes row w of each
+// group, its lanes 16-byte pieces of the row (lane l: pieces l, l + 32, ...) against the
+// activations act [M][K] in shared memory. From 4 tokens on a warp holds two stages at once
+// (CHUNK), so that their arithmetic and sums overlap instead of following one another:
+//   K = D (QKV, PROJ, FC): a chunk is up to CHUNK row groups (the warp's rows w, w + 8, ...),
+//     each activation piece loaded once for both;
+//   K = 4D (PROJ2): a chunk is up to CHUNK segments of one row group, each with its own
+//     partial sum (added in segment order at the end of the row).
+// Then each row's MP sums meet by dl_warp_sums and the lanes of token m store output (m, row).
+template <typename T, int P, int MP>
+__device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& ring, const DlSmem& sm, int layer) {
     constexpr int CPT = 16 / sizeof(T);
     typedef typename DlPiece<T>::type Piece;
     const int D = st.D, M = st.M, K = dl_k(P, D), nseg = K / D;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r0 = dl_geo[P].lo, r1 = dl_geo[P].hi;
+    const int ngroups = (r1 - r0 + DL_ROWS - 1) / DL_ROWS;
+    // Stages at once: 2 from 4 tokens on (measured, gpt2 fp32: batch 8 13,141 -> 13,753 tok/s
+    // against one), 1 below (batch 1: 3,005 against 2,903 with 2; 4 stages lost at both).
+    constexpr int CHUNK = MP >= 4 ? 2 : 1;
+    const int cmax = min(CHUNK, ring.n_stages);
     const float* act = sm.act;
 #ifdef DL_TRACE
     ring.t_wait = 0;
     const long long t_phase = clock64();
 #endif
-    for (int row0 = r0; row0 < r1; row0 += DL_ROWS) {
-        const int n = row0 + warp;
-        const bool mine = n < r1;
-        float acc[DL_MAX_M];
+    float carry[MP];  // K = 4D: the row's sum over the chunks so far
 #pragma unroll
-        for (int m = 0; m < DL_MAX_M; ++m) acc[m] = 0.0f;
-        for (int seg = 0; seg < nseg; ++seg) {
-            const T* w = ring.acquire() + warp * D;
-            if (!mine) {
-                ring.release();
-                continue;
-            }
-            const float* a = act + seg * D;
-            for (int k0 = lane * CPT; k0 < D; k0 += DL_UNROLL * 32 * CPT) {
-                Piece wp[DL_UNROLL];  // every load of the batch first, then the arithmetic
+    for (int m = 0; m < MP; ++m) carry[m] = 0.0f;
+    for (int g = 0, seg0 = 0; g < ngroups;) {
+        // this chunk: c stages, from row group g (K = D: groups g .. g + c - 1) or from segment seg0
+        // of row group g (K = 4D: segments seg0 .. seg0 + c - 1)
+        const int c = nseg == 1 ? min(cmax, ngroups - g) : min(cmax, nseg - seg0);
+        bool ok[DL_CHUNK];  // stage j's row is one of the block's (warp-uniform)
 #pragma unroll
-                for (int u = 0; u < DL_UNROLL; ++u) {
-                    const int k = k0 + u * 32 * CPT;
-                    if (k < D) wp[u] = *reinterpret_cast<const Piece*>(w + k);
-                }
+        for (int j = 0; j < DL_CHUNK; ++j) ok[j] = j < c && r0 + (g + (nseg == 1 ? j : 0)) * DL_ROWS + warp < r1;
+        float acc[DL_CHUNK][MP];
 #pragma unroll
-                for (int u = 0; u < DL_UNROLL; ++u) {
-                    const int k = k0 + u * 32 * CPT;
-                    if (k >= D) break;
-                    float wf[CPT];
-                    unpack16(wp[u], wf);
+        for (int j = 0; j < DL_CHUNK; ++j)
 #pragma unroll
-                    for (int m = 0; m < DL_MAX_M; ++m) {
-                        if (m >= M) break;
+            for (int m = 0; m < MP; ++m) acc[j][m] = 0.0f;
+        ring.acquire(c);
+        const T* w[DL_CHUNK];
 #pragma unroll
-                        for (int c = 0; c < CPT; c += 4) {
-                            const float4 q = *reinterpret_cast<const float4*>(a + (long long)m * K + k + c);
-                            acc[m] = fmaf(q.x, wf[c], acc[m]);
-                            acc[m] = fmaf(q.y, wf[c + 1], acc[m]);
-                            acc[m] = fmaf(q.z, wf[c + 2], acc[m]);
-                            acc[m] = fmaf(q.w, wf[c + 3], acc[m]);
-                        }
+        for (int j = 0; j < DL_CHUNK; ++j) w[j] = ring.stage(j < c ? j : 0) + warp * D;
+        for (int k = lane * CPT; ok[0] && k < D; k += 32 * CPT) {  // (ok[j] implies ok[0])
+            float wf[DL_CHUNK][CPT];  // stage j's piece of the warp's row
+#pragma unroll
+            for (int j = 0; j < DL_CHUNK; ++j)
+                if (ok[j]) unpack16(*reinterpret_cast<const Piece*>(w[j] + k), wf[j]);
+#pragma unroll
+            for (int m = 0; m < MP; ++m) {
+                if (m >= M) break;
+                float4 a[CPT / 4];  // token m's activations at this piece (of stage j's segment)
+#pragma unroll
+                for (int j = 0; j < DL_CHUNK; ++j) {
+                    if (!ok[j]) break;
+                    if (j == 0 || nseg > 1) {
+                        const float* ak = act + (long long)m * K + (seg0 + (nseg > 1 ? j : 0)) * D + k;
+#pragma unroll
+                        for (int q = 0; q < CPT / 4; ++q) a[q] = *reinterpret_cast<const float4*>(ak + 4 * q);
+                    }
+#pragma unroll
+                    for (int q = 0; q < CPT / 4; ++q) {
+                        acc[j][m] = fmaf(a[q].x, wf[j][4 * q], acc[j][m]);
+                        acc[j][m] = fmaf(a[q].y, wf[j][4 * q + 1], acc[j][m]);
+                        acc[j][m] = fmaf(a[q].z, wf[j][4 * q + 2], acc[j][m]);
+                        acc[j][m] = fmaf(a[q].w, wf[j][4 * q + 3], acc[j][m]);
                     }
                 }
             }
-            ring.release();
         }
-        if (!mine) continue;
-        float s = 0.0f;  // lane m: output (m, n)
+        ring.release(c);
+
+        const int tok = lane / (32 / MP);
+        const bool writer = lane % (32 / MP) == 0 && tok < M;
+        if (nseg == 1) {  // c whole rows
 #pragma unroll
-        for (int m = 0; m < DL_MAX_M; ++m) {
-            if (m >= M) break;
-            const float v = warp_sum(acc[m]);
-            if (lane == m) s = v;
-        }
-        if (lane >= M) continue;
-        const int m = lane;
-        float v = s + sm.bias[n - r0];
-        if (P == 0) {  // q | k | v; keys and values also into the cache
-            st.qkv[(long long)m * 3 * D + n] = v;
-            if (n >= D) {
-                const int part = n >= 2 * D;  // 0: key, 1: value
-                st.kv[dl_seq[m] * st.batch_stride + layer * st.layer_stride + (long long)part * st.n_ctx * D +
-                      (long long)dl_pos[m] * D + (n - D - part * D)] = v;
+            for (int j = 0; j < DL_CHUNK; ++j) {
+                if (!ok[j]) continue;
+                const float s = dl_warp_sums<MP>(acc[j], lane);
+                if (writer) dl_store_output<P>(st, sm, layer, tok, r0 + (g + j) * DL_ROWS + warp, r0, s);
             }
-        } else if (P == 2) {
-            st.hid[(long long)m * 4 * D + n] = gelu_tanh(v);
-        } else {  // the residual adds: x = x + (sum + bias), as the unfused GEMVs add them
-            st.x[(long long)m * D + n] = v + sm.res[m * sm.rmax + (n - r0)];
+            g += c;
+        } else {  // segments of one row: their partial sums into carry, in segment order
+#pragma unroll
+            for (int j = 0; j < DL_CHUNK; ++j)
+#pragma unroll
+                for (int m = 0; m < MP; ++m)
+                    if (j < c) carry[m] += acc[j][m];
+            seg0 += c;
+            if (seg0 < nseg) continue;  // the row goes on in the next chunk (a ring of < nseg stages)
+            if (ok[0]) {
+                const float s = dl_warp_sums<MP>(carry, lane);
+                if (writer) dl_store_output<P>(st, sm, layer, tok, r0 + g * DL_ROWS + warp, r0, s);
+            }
+#pragma unroll
+            for (int m = 0; m < MP; ++m) carry[m] = 0.0f;
+            seg0 = 0;
+            ++g;
         }
     }
 #ifdef DL_TRACE
@@ -481,6 +560,15 @@ __device__ __forceinline__ void dl_matrix_phase(const DlStep& st, DlRing<T>& rin
         dl_detail[4 * layer + P][1] = clock64() - t_phase;
     }
 #endif
+}
+
+// The matrix phase for the step's M tokens: MP = M rounded up to 1, 2, 4 or 8.
+template <typename T, int P>
+__device__ __forceinline__ void dl_matrix_phase(const DlStep& st, DlRing<T>& ring, const DlSmem& sm, int layer) {
+    if (st.M == 1) dl_matrix_phase_m<T, P, 1>(st, ring, sm, layer);
+    else if (st.M == 2) dl_matrix_phase_m<T, P, 2>(st, ring, sm, layer);
+    else if (st.M <= 4) dl_matrix_phase_m<T, P, 4>(st, ring, sm, layer);
+    else dl_matrix_phase_m<T, P, 8>(st, ring, sm, layer);
 }
 
 // One attention task: token m, head h, keys [split * 64, +64) of its lengths[m]. The block's 16

@@ -3,6 +3,7 @@
 DL_TRACE, whose first and last blocks stamp clock64() at each phase's start and end.
 
     python scripts/trace_decode_layers.py [SIZE] [--batch B] [--precision fp32|bf16] [--steps N]
+                                          [--define NAME[=VALUE] ...]
 
 Random weights; after a 16-token prefill per row, N eager steps. Prints, per phase, the median over
 steps and layers of the time in the phase and of the wait at the grid barrier after it, for the
@@ -34,8 +35,11 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--define", action="append", default=[], metavar="NAME[=VALUE]",
+                    help="an extra #define of decode_layers.cu (a tuning switch); may repeat")
     a = ap.parse_args()
-    cuda_decode.DEFINES = (("DL_TRACE", 1),)
+    extra = tuple((d.split("=", 1)[0], d.split("=", 1)[1] if "=" in d else 1) for d in a.define)
+    cuda_decode.DEFINES = (("DL_TRACE", 1),) + extra
     runner = make_runner(ModelWeights.random(SIZES[a.size], seed=0), "cuda", a.precision)
     runner.use_graphs, runner.fused_decode = False, True
     cache = runner.new_cache(a.batch)
@@ -57,7 +61,7 @@ def main() -> int:
     nxt = np.concatenate([start[..., 1:], np.roll(start[..., :1], -1, axis=2)], axis=-1)
     wait = (nxt - end) / ghz / 1e3
     wait[..., -1, -1] = np.nan  # no barrier after the last phase
-    print(f"{a.size} {a.precision} batch {a.batch}: us per phase (median over steps and layers)")
+    print(f"{a.size} {a.precision} batch {a.batch} {' '.join(a.define)}: us per phase (median over steps and layers)")
     print(f"{'phase':6} {'first busy':>10} {'first wait':>10} {'last busy':>10} {'last wait':>10}")
     for p, name in enumerate(PHASES):
         row = [np.nanmedian(x[:, blk, :, p]) for blk in (0, 1) for x in (busy, wait)]
