@@ -70,11 +70,13 @@
 // Tracing (compiled in with -DDL_TRACE, scripts/trace_decode_layers.py): thread 0 of the first
 // and the last block write clock64() at each phase's start and end: dl_trace[first / last][i],
 // i = 10 * layer + 2 * phase (+1 for the end), phases in the order QKV, ATT, PROJ, FC, PROJ2.
-// dl_detail[4 * layer + matrix phase][0..1]: the first block's thread 0's cycles in a matrix
-// phase waiting for its stages' weights to land ([0]) and in all ([1]).
+// dl_detail[4 * layer + matrix phase][0..3]: the first block's thread 0's cycles in a matrix
+// phase waiting for its stages' weights to land ([0]) and in all ([1]); clock64() when the
+// phase's inputs had landed ([3]) and when its arithmetic began, after the LayerNorm ([2]).
 #ifdef DL_TRACE
 __device__ long long dl_trace[2][10 * 64];
-__device__ long long dl_detail[4 * 64][2];
+__device__ long long dl_detail[4 * 64][4];
+__device__ long long dl_inputs_end;
 #define DL_CLOCK(v) long long v = clock64()
 #define DL_ADD_WAIT(from) (t_wait += clock64() - (from))
 #define DL_STAMP(i)                                                                     \
@@ -365,14 +367,49 @@ __device__ __forceinline__ void dl_phase_inputs(const DlStep& st, int P, const D
         sm.res[mt * sm.rmax + jt] = __ldcg(st.x + (long long)mt * D + geo.lo + jt);
     }
     dl_sync();
+#ifdef DL_TRACE
+    if (blockIdx.x == 0 && threadIdx.x == 0) dl_inputs_end = clock64();
+#endif
 }
 
-// act [M][D] <- LayerNorm(act; ln_g, ln_b) in place. Warp m forms row m's sums (float64, one
-// pass: float64 keeps the sum of squares exact enough for rows in the thousands; the lanes' sums
-// meet by shuffles in a fixed order) and 1/std (rsqrtf refined by a float64 Newton step, below
-// float32's rounding); then the block normalizes.
-__device__ __forceinline__ void dl_layernorm_act(const DlSmem& sm, int M, int D, float eps) {
-    __shared__ double stat[DL_MAX_M][2];
+// A LayerNorm row's statistics and its normalization. The sums s = sum x and q = sum x^2 are float64 (exact
+// enough for rows in the thousands); inv_n = 1 / n (ln_inv_n) is worked out once, off the critical path.
+// The mean goes on as two floats (hi + lo) and 1/std as a float from rsqrtf refined by one float64
+// Newton step: the normalization is then float32 alone, x - hi exact where x is near the mean,
+// and within about an ulp of the float64 formula elsewhere.
+struct LnRow {
+    float mean_hi, mean_lo, rstd;
+};
+
+// 1 / n in float64 without a division: the float reciprocal and one Newton step (error ~1e-15).
+__device__ __forceinline__ double ln_inv_n(int n) {
+    const double r = 1.0f / (float)n;
+    return r * (2.0 - (double)n * r);
+}
+
+__device__ __forceinline__ LnRow ln_row_stats(double s, double q, double inv_n, float eps) {
+    const double mean = s * inv_n, var = fmax(q * inv_n - mean * mean, 0.0) + (double)eps;
+    double r = rsqrtf((float)var);
+    r = r * (1.5 - 0.5 * var * r * r);
+    LnRow st;
+    st.mean_hi = (float)mean;
+    st.mean_lo = (float)(mean - (double)st.mean_hi);
+    st.rstd = (float)r;
+    return st;
+}
+
+__device__ __forceinline__ float4 ln_apply4(const float4& v, const LnRow& st, const float4& g, const float4& b) {
+    return make_float4(fmaf(((v.x - st.mean_hi) - st.mean_lo) * st.rstd, g.x, b.x),
+                       fmaf(((v.y - st.mean_hi) - st.mean_lo) * st.rstd, g.y, b.y),
+                       fmaf(((v.z - st.mean_hi) - st.mean_lo) * st.rstd, g.z, b.z),
+                       fmaf(((v.w - st.mean_hi) - st.mean_lo) * st.rstd, g.w, b.w));
+}
+
+// act [M][D] <- LayerNorm(act; ln_g, ln_b) in place. Warp m forms row m's float64 sums (the
+// lanes' sums meet by shuffles in a fixed order) and its statistics (ln_row_stats);
+// then the block normalizes in float32 (ln_apply4). inv_d = 1 / D.
+__device__ __forceinline__ void dl_layernorm_act(const DlSmem& sm, int M, int D, double inv_d, float eps) {
+    __shared__ LnRow stat[DL_MAX_M];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, D4 = D / 4;
     float4* a4 = reinterpret_cast<float4*>(sm.act);
     for (int m = warp; m < M; m += DL_WARPS) {
@@ -385,26 +422,14 @@ __device__ __forceinline__ void dl_layernorm_act(const DlSmem& sm, int M, int D,
         }
         s = warp_sum(s);
         q = warp_sum(q);
-        if (lane == 0) {
-            const double mean = s / D, var = fmax(q / D - mean * mean, 0.0) + (double)eps;
-            double r = rsqrtf((float)var);
-            r = r * (1.5 - 0.5 * var * r * r);
-            stat[m][0] = mean;
-            stat[m][1] = r;
-        }
+        if (lane == 0) stat[m] = ln_row_stats(s, q, inv_d, eps);
     }
     dl_sync();
     const float4* g4 = reinterpret_cast<const float4*>(sm.ln_g);
     const float4* b4 = reinterpret_cast<const float4*>(sm.ln_b);
     for (int m = 0; m < M; ++m) {
-        const double mean = stat[m][0], rstd = stat[m][1];
-        for (int k = threadIdx.x; k < D4; k += DL_THREADS) {
-            const float4 v = a4[m * D4 + k], gk = g4[k], bk = b4[k];
-            a4[m * D4 + k] = make_float4(fmaf((float)((v.x - mean) * rstd), gk.x, bk.x),
-                                         fmaf((float)((v.y - mean) * rstd), gk.y, bk.y),
-                                         fmaf((float)((v.z - mean) * rstd), gk.z, bk.z),
-                                         fmaf((float)((v.w - mean) * rstd), gk.w, bk.w));
-        }
+        const LnRow st = stat[m];
+        for (int k = threadIdx.x; k < D4; k += DL_THREADS) a4[m * D4 + k] = ln_apply4(a4[m * D4 + k], st, g4[k], b4[k]);
     }
     dl_sync();
 }
@@ -558,6 +583,8 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
     if (blockIdx.x == 0 && threadIdx.x == 0 && layer < 64) {
         dl_detail[4 * layer + P][0] = ring.t_wait;
         dl_detail[4 * layer + P][1] = clock64() - t_phase;
+        dl_detail[4 * layer + P][2] = t_phase;
+        dl_detail[4 * layer + P][3] = dl_inputs_end;
     }
 #endif
 }
@@ -726,13 +753,14 @@ __device__ __forceinline__ void decode_layers_body(const DlStep& st, unsigned* b
         dl_pos[threadIdx.x] = st.pos[threadIdx.x];
         dl_len[threadIdx.x] = st.lengths[threadIdx.x];
     }
+    const double inv_d = ln_inv_n(D);
     unsigned target = 0;
     for (int layer = 0; layer < st.n_layer; ++layer) {
         const int t = 10 * layer;
         if (layer > 0) dl_grid_sync(barrier, target);
         DL_STAMP(t);
         dl_phase_inputs(st, 0, q, sm, st.x);
-        dl_layernorm_act(sm, M, D, st.eps);
+        dl_layernorm_act(sm, M, D, inv_d, st.eps);
         dl_matrix_phase<T, 0>(st, ring, sm, layer);
         dl_params_fetch(layer, 1, D, q);  // PROJ's, held through ATT
         DL_STAMP(t + 1);
@@ -750,7 +778,7 @@ __device__ __forceinline__ void decode_layers_body(const DlStep& st, unsigned* b
         dl_grid_sync(barrier, target);
         DL_STAMP(t + 6);
         dl_phase_inputs(st, 2, q, sm, st.x);
-        dl_layernorm_act(sm, M, D, st.eps);
+        dl_layernorm_act(sm, M, D, inv_d, st.eps);
         dl_matrix_phase<T, 2>(st, ring, sm, layer);
         dl_params_fetch(layer, 3, D, q);
         DL_STAMP(t + 7);

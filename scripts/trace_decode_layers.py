@@ -66,11 +66,16 @@ def main() -> int:
     for p, name in enumerate(PHASES):
         row = [np.nanmedian(x[:, blk, :, p]) for blk in (0, 1) for x in (busy, wait)]
         print(f"{name:6} " + " ".join(f"{v:10.2f}" for v in row))
-    det = cp.ndarray((4 * 64, 2), cp.int64, mod.get_global("dl_detail"))
-    d = cp.asnumpy(det[:4 * n]).reshape(n, 4, 2) / ghz / 1e3  # last step: [layer, phase, what]
-    print("first block, matrix phases (us, median over layers): waiting for weights, all")
+    det = cp.asnumpy(cp.ndarray((4 * 64, 4), cp.int64, mod.get_global("dl_detail"))[:4 * n]).reshape(n, 4, 4)
+    d = det[..., :2] / ghz / 1e3  # last step: [layer, phase, (waiting for weights, all)]
+    phase_start = st[-1, 0][:, [0, 4, 6, 8]]  # [layer, matrix phase]: the first block's stamps
+    inputs = (det[..., 3] - phase_start) / ghz / 1e3
+    ln = (det[..., 2] - det[..., 3]) / ghz / 1e3
+    print("first block, matrix phases (us, median over layers): inputs landed, LayerNorm, "
+          "waiting for weights, arithmetic in all")
     for p, name in enumerate(("QKV", "PROJ", "FC", "PROJ2")):
-        print(f"{name:6} " + " ".join(f"{v:8.2f}" for v in np.median(d[:, p], axis=0)))
+        row = [np.median(inputs[:, p]), np.median(ln[:, p])] + list(np.median(d[:, p], axis=0))
+        print(f"{name:6} " + " ".join(f"{v:8.2f}" for v in row))
     layer = (start[:, 0, -1, 0] - start[:, 0, 0, 0]) / ghz / 1e3 / max(n - 1, 1)
     print(f"per layer (first block, start to start): {np.median(layer):.2f} us")
     return 0
