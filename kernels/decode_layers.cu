@@ -23,6 +23,11 @@
 //
 // (the matrices are the decode copies: transposed, [N, K], one contiguous row per output; the
 // four matrix phases are numbered 0..3 = QKV, PROJ, FC, PROJ2 below, ATT has no weights).
+// A matrix phase's arithmetic has three variants, by the step's tokens (dl_matrix_phase):
+//   1 token   the activations in each warp's registers, each warp its own LayerNorm
+//             (dl_matrix_phase_1; float32 weights up to D = 768, bf16 up to 1792);
+//   5-8 bf16  the tensor cores, a stage against the tokens (dl_matrix_phase_tc);
+//   else      the FMA units, a warp per row, the tokens' sums by shuffles (dl_matrix_phase_m).
 //
 // decode_layers_{f32,bf16}(const DecodeLayer* layers, int n_layer, int M, int D, float eps,
 //     float* x, float* qkv, float* att, float* hid,
@@ -44,9 +49,9 @@
 // Launch: grid = (G, 1, 1) with every block resident at once (gpt2block: one per SM; the grid
 //   barrier would wait forever otherwise, so it traps after about ten seconds instead),
 //   block = (DL_THREADS + 32, 1, 1) (8 compute warps and the producer warp), dynamic shared
-//   memory 4 * (M * 4D + r4(M * rmax) + r4(rmax) + 2D) bytes (activations, residual and bias
-//   slices, LayerNorm gain and shift; rmax = ceil(4D / G),
-//   r4 rounds up to a multiple of 4) + n_stages * DL_ROWS * D * sizeof(weight) (the ring).
+//   memory 4 * (M * (4D + DL_PAD) + r4(M * rmax) + r4(rmax) + 2D) bytes (activations, residual
+//   and bias slices, LayerNorm gain and shift; rmax = ceil(4D / G), r4 rounds up to a multiple
+//   of 4) + n_stages * DL_ROWS * (D + DL_PAD) * sizeof(weight) (the ring).
 // Requirements: 1 <= M <= 8, D % 64 == 0, D <= 8 * DL_THREADS, rmax <= DL_THREADS,
 //   n_layer <= DL_MAX_LAYERS, 16-byte aligned matrices and LayerNorm vectors.
 // Programmatic dependent launch (common.cuh): the first weight stages are fetched before
@@ -59,6 +64,7 @@
 #define DL_THREADS 256
 #define DL_WARPS (DL_THREADS / 32)
 #define DL_ROWS DL_WARPS  // weight rows per stage: one per warp
+#define DL_PAD 16  // elements after each weight row of a stage and each activation row (bank spread)
 #define DL_MAX_M 8
 #define DL_MAX_STAGES 16
 #define DL_MAX_LAYERS 48  // gpt2-xl
@@ -77,7 +83,14 @@
 __device__ long long dl_trace[2][10 * 64];
 __device__ long long dl_detail[4 * 64][4];
 __device__ long long dl_inputs_end;
+__device__ long long dl_chunk[2][4 * 64][8][3];  // first block, warps 0 and 1: per chunk, acquired / summed / stored
+__device__ long long dl_tail[64][4];  // first block, thread 0: clock64() when each matrix phase returned
+__device__ long long dl_clock_pair[4];  // first block: clock64 and globaltimer (ns) at start and end
 #define DL_CLOCK(v) long long v = clock64()
+#define DL_TAIL(l, p)                                                          \
+    do {                                                                       \
+        if (threadIdx.x == 0 && blockIdx.x == 0 && (l) < 64) dl_tail[l][p] = clock64(); \
+    } while (0)
 #define DL_ADD_WAIT(from) (t_wait += clock64() - (from))
 #define DL_STAMP(i)                                                                     \
     do {                                                                                \
@@ -86,6 +99,7 @@ __device__ long long dl_inputs_end;
     } while (0)
 #else
 #define DL_STAMP(i) (void)(i)
+#define DL_TAIL(l, p)
 #define DL_CLOCK(v)
 #define DL_ADD_WAIT(from)
 #endif
@@ -182,7 +196,7 @@ template <typename T>
 struct DlRing {
     T* slots;
     unsigned long long* bars;  // [2][n_stages]: full, then empty
-    int n_stages, D;
+    int n_stages, D, rs;  // rs = D + DL_PAD: a stage's row stride, elements
     int slot, parity;  // the compute side: the next stage's slot and its phase parity
 #ifdef DL_TRACE
     long long t_wait;  // cycles thread 0 waited for weights in the current phase
@@ -213,9 +227,10 @@ struct DlRing {
                         if (round > 0) dl_mbar_wait(empty(s), (round - 1) & 1);
                         const unsigned row_bytes = D * sizeof(T);
                         dl_mbar_expect(full(s), nr * row_bytes);
-                        const unsigned dst = smem_u32(slots + (long long)s * DL_ROWS * D);
+                        const unsigned dst = smem_u32(slots + (long long)s * DL_ROWS * rs);
                         const T* src = w + (long long)row0 * K + seg * D;
-                        for (int r = 0; r < nr; ++r) dl_bulk_copy(dst + r * row_bytes, src + (long long)r * K, row_bytes, full(s));
+                        for (int r = 0; r < nr; ++r)
+                            dl_bulk_copy(dst + r * rs * sizeof(T), src + (long long)r * K, row_bytes, full(s));
                         if (++s == n_stages) {
                             s = 0;
                             ++round;
@@ -227,7 +242,7 @@ struct DlRing {
     }
 
     // The compute side: the next n stages (n <= n_stages), landed (every compute thread waits);
-    // stage j of them is at stage(j), [DL_ROWS][D].
+    // stage j of them is at stage(j), [DL_ROWS][rs] (D weights a row).
     __device__ void acquire(int n) {
         DL_CLOCK(t0);
         for (int j = 0; j < n; ++j) {
@@ -238,7 +253,7 @@ struct DlRing {
     }
     __device__ const T* stage(int j) const {
         const int s = slot + j;
-        return slots + (long long)(s < n_stages ? s : s - n_stages) * DL_ROWS * D;
+        return slots + (long long)(s < n_stages ? s : s - n_stages) * DL_ROWS * rs;
     }
     // ... and handed back once this warp is done with them (every compute thread calls it).
     __device__ void release(int n) {
@@ -285,7 +300,7 @@ __device__ __forceinline__ void dl_grid_sync(unsigned* barrier, unsigned& target
 // residual stream and of the bias, the LayerNorm's gain and shift. (The layer table and the
 // step's ints are static shared arrays: dl_layers, dl_seq, dl_pos, dl_len.)
 struct DlSmem {
-    float* act;  // [M][K] the current phase's input rows (LayerNorm applied where it has one)
+    float* act;  // [M][K + DL_PAD] the current phase's input rows (LayerNorm applied where it has one)
     float* res;  // [M][rmax] x[m][lo + j], the residual of the PROJ / PROJ2 outputs of this block
     float* bias; // [rmax] bias[lo + j]
     float* ln_g; // [D]
@@ -350,6 +365,9 @@ __device__ __forceinline__ void dl_phase_inputs(const DlStep& st, int P, const D
     // the loads in batches of 4 float4 per thread (the residual slice with the first), each
     // batch issued before its stores: one round trip to L2 per batch, not per load
     const int i = threadIdx.x, m = i / max(rows, 1), j = i - m * rows;
+    // float4 e of src is row e / K4's: it goes to e + row * DL_PAD / 4 (the row division by a
+    // multiply: exact for e < 2^32 / K4)
+    const unsigned K4 = K / 4, magic = 0xffffffffu / K4 + 1u;
     for (int base = 0; base < n4; base += 4 * DL_THREADS) {
         float4 v[4];
         float r = 0.0f;
@@ -359,7 +377,10 @@ __device__ __forceinline__ void dl_phase_inputs(const DlStep& st, int P, const D
         if (base == 0 && i < nres) r = __ldcg(st.x + (long long)m * D + geo.lo + j);
 #pragma unroll
         for (int u = 0; u < 4; ++u)
-            if (base + i + u * DL_THREADS < n4) a4[base + i + u * DL_THREADS] = v[u];
+            if (base + i + u * DL_THREADS < n4) {
+                const unsigned e = base + i + u * DL_THREADS;
+                a4[e + __umulhi(e, magic) * (DL_PAD / 4)] = v[u];
+            }
         if (base == 0 && i < nres) sm.res[m * sm.rmax + j] = r;
     }
     for (int t = i + DL_THREADS; t < nres; t += DL_THREADS) {  // (more than a load per thread: small grids)
@@ -412,10 +433,11 @@ __device__ __forceinline__ void dl_layernorm_act(const DlSmem& sm, int M, int D,
     __shared__ LnRow stat[DL_MAX_M];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, D4 = D / 4;
     float4* a4 = reinterpret_cast<float4*>(sm.act);
+    const int AS4 = D4 + DL_PAD / 4;  // a row's stride in float4
     for (int m = warp; m < M; m += DL_WARPS) {
         double s = 0.0, q = 0.0;
         for (int k = lane; k < D4; k += 32) {
-            const float4 v = a4[m * D4 + k];
+            const float4 v = a4[m * AS4 + k];
             const double p = v.x, r = v.y, t = v.z, u = v.w;
             s += (p + r) + (t + u);
             q += (p * p + r * r) + (t * t + u * u);
@@ -429,7 +451,7 @@ __device__ __forceinline__ void dl_layernorm_act(const DlSmem& sm, int M, int D,
     const float4* b4 = reinterpret_cast<const float4*>(sm.ln_b);
     for (int m = 0; m < M; ++m) {
         const LnRow st = stat[m];
-        for (int k = threadIdx.x; k < D4; k += DL_THREADS) a4[m * D4 + k] = ln_apply4(a4[m * D4 + k], st, g4[k], b4[k]);
+        for (int k = threadIdx.x; k < D4; k += DL_THREADS) a4[m * AS4 + k] = ln_apply4(a4[m * AS4 + k], st, g4[k], b4[k]);
     }
     dl_sync();
 }
@@ -519,9 +541,13 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
 #pragma unroll
             for (int m = 0; m < MP; ++m) acc[j][m] = 0.0f;
         ring.acquire(c);
+#ifdef DL_TRACE
+        const int chunk_i = nseg == 1 ? g : g * nseg + seg0;
+        if (blockIdx.x == 0 && (threadIdx.x & ~32) == 0 && layer < 64 && chunk_i < 8) dl_chunk[threadIdx.x >> 5][4 * layer + P][chunk_i][0] = clock64();
+#endif
         const T* w[DL_CHUNK];
 #pragma unroll
-        for (int j = 0; j < DL_CHUNK; ++j) w[j] = ring.stage(j < c ? j : 0) + warp * D;
+        for (int j = 0; j < DL_CHUNK; ++j) w[j] = ring.stage(j < c ? j : 0) + warp * ring.rs;
         for (int k = lane * CPT; ok[0] && k < D; k += 32 * CPT) {  // (ok[j] implies ok[0])
             float wf[DL_CHUNK][CPT];  // stage j's piece of the warp's row
 #pragma unroll
@@ -535,7 +561,7 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
                 for (int j = 0; j < DL_CHUNK; ++j) {
                     if (!ok[j]) break;
                     if (j == 0 || nseg > 1) {
-                        const float* ak = act + (long long)m * K + (seg0 + (nseg > 1 ? j : 0)) * D + k;
+                        const float* ak = act + m * (K + DL_PAD) + (seg0 + (nseg > 1 ? j : 0)) * D + k;
 #pragma unroll
                         for (int q = 0; q < CPT / 4; ++q) a[q] = *reinterpret_cast<const float4*>(ak + 4 * q);
                     }
@@ -550,6 +576,9 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
             }
         }
         ring.release(c);
+#ifdef DL_TRACE
+        if (blockIdx.x == 0 && (threadIdx.x & ~32) == 0 && layer < 64 && chunk_i < 8) dl_chunk[threadIdx.x >> 5][4 * layer + P][chunk_i][1] = clock64();
+#endif
 
         const int tok = lane / (32 / MP);
         const bool writer = lane % (32 / MP) == 0 && tok < M;
@@ -561,6 +590,9 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
                 if (writer) dl_store_output<P>(st, sm, layer, tok, r0 + (g + j) * DL_ROWS + warp, r0, s);
             }
             g += c;
+#ifdef DL_TRACE
+            if (blockIdx.x == 0 && (threadIdx.x & ~32) == 0 && layer < 64 && chunk_i < 8) dl_chunk[threadIdx.x >> 5][4 * layer + P][chunk_i][2] = clock64();
+#endif
         } else {  // segments of one row: their partial sums into carry, in segment order
 #pragma unroll
             for (int j = 0; j < DL_CHUNK; ++j)
@@ -589,9 +621,323 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
 #endif
 }
 
-// The matrix phase for the step's M tokens: MP = M rounded up to 1, 2, 4 or 8.
+// Matrix phase P at one token (M = 1), the activations in registers. A warp's row dot product
+// from shared memory is bound by shared-memory bytes and latency, not arithmetic: measured on
+// its own (8 warps, a 768-float row), 400 cycles with the activations re-read from shared memory
+// for every row and one accumulator, 160 more for the warp's sum. So here every warp holds the
+// token's activations in registers (lane l: pieces l, l + 32, ... of 16 weight bytes, NP at most),
+// normalizes them itself where the phase has a LayerNorm (statistics from the warps' slices,
+// one block barrier), and takes up to DL_CHUNK1 of its stages at once: K = D, one row per stage
+// (rows w, w + 8, ...), their sums in one dl_warp_sums; K = 4D (PROJ2), the row's segments, each
+// against its activations read from shared memory. Four accumulators per row.
+#ifndef DL_CHUNK1
+#define DL_CHUNK1 1
+#endif
+
+__shared__ double2 dl_ln_part[DL_WARPS];  // the warps' LayerNorm sums (dl_layernorm_regs)
+
+template <int NP, int V>
+__device__ __forceinline__ void dl_layernorm_regs(const DlSmem& sm, float4 (&a)[NP][V], int npc, double inv_d,
+                                                  float eps) {
+    double2* part = dl_ln_part;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    double s = 0.0, q = 0.0;  // this warp's slice: piece columns i = warp, warp + 8, ...
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+        if (i % DL_WARPS != warp || lane + 32 * i >= npc) continue;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            const double p = a[i][v].x, r = a[i][v].y, t = a[i][v].z, u = a[i][v].w;
+            s += (p + r) + (t + u);
+            q += (p * p + r * r) + (t * t + u * u);
+        }
+    }
+    s = warp_sum(s);
+    q = warp_sum(q);
+    if (lane == 0) part[warp] = make_double2(s, q);
+    dl_sync();
+    double ss = 0.0, qq = 0.0;
+#pragma unroll
+    for (int w = 0; w < DL_WARPS; ++w) {
+        const double2 pw = part[w];
+        ss += pw.x;
+        qq += pw.y;
+    }
+    const LnRow st = ln_row_stats(ss, qq, inv_d, eps);
+    const float4* g4 = reinterpret_cast<const float4*>(sm.ln_g);
+    const float4* b4 = reinterpret_cast<const float4*>(sm.ln_b);
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+        const int pc = lane + 32 * i;
+        if (pc >= npc) break;
+#pragma unroll
+        for (int v = 0; v < V; ++v) a[i][v] = ln_apply4(a[i][v], st, g4[pc * V + v], b4[pc * V + v]);
+    }
+}
+
+template <typename T, int P, int NP>
+__device__ __forceinline__ void dl_matrix_phase_1(const DlStep& st, DlRing<T>& ring, const DlSmem& sm, int layer,
+                                                  double inv_d) {
+    constexpr int CPT = 16 / sizeof(T), V = CPT / 4;
+    typedef typename DlPiece<T>::type Piece;
+    const int D = st.D, K = dl_k(P, D), nseg = K / D, npc = D / CPT;  // pieces of a row segment
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r0 = dl_geo[P].lo, r1 = dl_geo[P].hi;
+    const int ngroups = (r1 - r0 + DL_ROWS - 1) / DL_ROWS;
+    const float4* act4 = reinterpret_cast<const float4*>(sm.act);
+    float4 a[NP][V];  // K = D: the token's activations at the lane's pieces (zero past the row)
+    if (nseg == 1) {
+#pragma unroll
+        for (int i = 0; i < NP; ++i)
+#pragma unroll
+            for (int v = 0; v < V; ++v)
+                a[i][v] = lane + 32 * i < npc ? act4[(lane + 32 * i) * V + v] : make_float4(0.f, 0.f, 0.f, 0.f);
+        if (P == 0 || P == 2) dl_layernorm_regs<NP, V>(sm, a, npc, inv_d, st.eps);
+    }
+#ifdef DL_TRACE
+    ring.t_wait = 0;
+    const long long t_phase = clock64();
+    int chunk_i = 0;
+#endif
+    const int cmax = min(DL_CHUNK1, ring.n_stages);
+    float carry = 0.0f;  // K = 4D: the row's sum over the chunks so far
+    for (int g = 0, seg0 = 0; g < ngroups;) {
+        const int c = nseg == 1 ? min(cmax, ngroups - g) : min(cmax, nseg - seg0);
+        ring.acquire(c);
+#ifdef DL_TRACE
+        if (blockIdx.x == 0 && (threadIdx.x & ~32) == 0 && layer < 64 && chunk_i < 8) dl_chunk[threadIdx.x >> 5][4 * layer + P][chunk_i][0] = clock64();
+#endif
+        float acc[DL_CHUNK1];
+#pragma unroll
+        for (int j = 0; j < DL_CHUNK1; ++j) {
+            acc[j] = 0.0f;
+            if (j >= c || r0 + (g + (nseg == 1 ? j : 0)) * DL_ROWS + warp >= r1) continue;  // warp-uniform
+            const T* w = ring.stage(j) + warp * ring.rs;
+            const float4* as = act4 + (seg0 + j) * (D / 4);  // K = 4D: segment seg0 + j's activations
+            float c4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int i = 0; i < NP; ++i) {
+                const int pc = lane + 32 * i;
+                if (pc >= npc) break;
+                float wf[CPT];
+                unpack16(*reinterpret_cast<const Piece*>(w + pc * CPT), wf);
+#pragma unroll
+                for (int v = 0; v < V; ++v) {
+                    const float4 x = nseg == 1 ? a[i][v] : as[pc * V + v];
+                    c4[0] = fmaf(x.x, wf[4 * v], c4[0]);
+                    c4[1] = fmaf(x.y, wf[4 * v + 1], c4[1]);
+                    c4[2] = fmaf(x.z, wf[4 * v + 2], c4[2]);
+                    c4[3] = fmaf(x.w, wf[4 * v + 3], c4[3]);
+                }
+            }
+            acc[j] = (c4[0] + c4[1]) + (c4[2] + c4[3]);
+        }
+        ring.release(c);
+#ifdef DL_TRACE
+        if (blockIdx.x == 0 && (threadIdx.x & ~32) == 0 && layer < 64 && chunk_i < 8) dl_chunk[threadIdx.x >> 5][4 * layer + P][chunk_i][1] = clock64();
+#endif
+        if (nseg == 1) {  // c rows: lane l has row l / 8's sum
+            const float s = dl_warp_sums<DL_CHUNK1>(acc, lane);
+            const int j = lane / (32 / DL_CHUNK1), row = r0 + (g + j) * DL_ROWS + warp;
+            if (lane % (32 / DL_CHUNK1) == 0 && j < c && row < r1) dl_store_output<P>(st, sm, layer, 0, row, r0, s);
+            g += c;
+#ifdef DL_TRACE
+            if (blockIdx.x == 0 && (threadIdx.x & ~32) == 0 && layer < 64 && chunk_i < 8) dl_chunk[threadIdx.x >> 5][4 * layer + P][chunk_i][2] = clock64();
+            ++chunk_i;
+#endif
+        } else {  // segments of one row, added in segment order
+#pragma unroll
+            for (int j = 0; j < DL_CHUNK1; ++j)
+                if (j < c) carry += acc[j];
+            seg0 += c;
+#ifdef DL_TRACE
+            ++chunk_i;
+#endif
+            if (seg0 < nseg) continue;
+            const int row = r0 + g * DL_ROWS + warp;
+            if (row < r1) {
+                const float s = warp_sum(carry);
+                if (lane == 0) dl_store_output<P>(st, sm, layer, 0, row, r0, s);
+            }
+            carry = 0.0f;
+            seg0 = 0;
+            ++g;
+        }
+    }
+#ifdef DL_TRACE
+    if (blockIdx.x == 0 && threadIdx.x == 0 && layer < 64) {
+        dl_detail[4 * layer + P][0] = ring.t_wait;
+        dl_detail[4 * layer + P][1] = clock64() - t_phase;
+        dl_detail[4 * layer + P][2] = t_phase;
+        dl_detail[4 * layer + P][3] = dl_inputs_end;
+    }
+#endif
+}
+
+// Matrix phase P for 2 to 8 tokens on the tensor cores (mma.sync m16n8k8, TF32 inputs, float32
+// sums). With the tokens' sums on the FMA units (dl_matrix_phase_m) every 16 weight bytes cost
+// M activation loads from shared memory, which bound the phase (batch 8: 18 us of a layer's
+// arithmetic). Here a stage (8 rows x D) is the A operand, rows 8..15 zero, and the M tokens'
+// activations the B operand (token n = column n; columns past M repeat token M - 1 and are not
+// stored): each weight and activation element is read once per stage. The K range is split
+// over the warps (warp w: 16-element pieces w, w + 8, ...), and a piece's four elements per lane
+// (row g = lane / 4 at 4 (lane % 4), and token g's same four) serve two k-steps, the k order
+// being a permutation that A and B share. Float32 weights go in as hi + lo TF32 halves against
+// the activations' (three products, the lo x lo one dropped: about 2^-22 relative, as the
+// 3xTF32 GEMMs); bf16 weights are exact in TF32, so two. The warps' partial sums meet in shared
+// memory and are added in warp order. Row strides D + DL_PAD (weights) and K + DL_PAD
+// (activations) keep the lanes' loads on distinct banks.
+#ifndef DL_CHUNK_TC
+#define DL_CHUNK_TC 2
+#endif
+#ifndef DL_TC_UNROLL
+#define DL_TC_UNROLL 2
+#endif
+__shared__ __align__(16) float dl_red[2][DL_CHUNK_TC][DL_WARPS][64];  // [chunk parity][stage][warp][row x token]
+
+template <typename T>
+struct DlTcPiece;
+template <>
+struct DlTcPiece<float> {  // four float32 weights
+    __device__ static float4 load(const float* p) { return *reinterpret_cast<const float4*>(p); }
+};
+template <>
+struct DlTcPiece<unsigned short> {  // four bf16 weights (8 bytes)
+    __device__ static float4 load(const unsigned short* p) {
+        const uint2 u = *reinterpret_cast<const uint2*>(p);
+        return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                           __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+    }
+};
+
+// acc[0..2] += w (rows g, zeros below) x a (token g) over one k-step's two elements per lane.
+template <typename T>
+__device__ __forceinline__ void dl_tc_step(float (&acc)[3][4], float w0, float w1, float a0, float a1) {
+    unsigned ah0, al0, ah1, al1;
+    split_tf32(a0, ah0, al0);
+    split_tf32(a1, ah1, al1);
+    if (sizeof(T) == 4) {
+        unsigned wh0, wl0, wh1, wl1;
+        split_tf32(w0, wh0, wl0);
+        split_tf32(w1, wh1, wl1);
+        mma_tf32_16x8x8(acc[0], {wh0, 0u, wh1, 0u}, ah0, ah1);
+        mma_tf32_16x8x8(acc[1], {wh0, 0u, wh1, 0u}, al0, al1);
+        mma_tf32_16x8x8(acc[2], {wl0, 0u, wl1, 0u}, ah0, ah1);
+    } else {
+        const unsigned wb0 = __float_as_uint(w0), wb1 = __float_as_uint(w1);
+        mma_tf32_16x8x8(acc[0], {wb0, 0u, wb1, 0u}, ah0, ah1);
+        mma_tf32_16x8x8(acc[1], {wb0, 0u, wb1, 0u}, al0, al1);
+    }
+}
+
 template <typename T, int P>
-__device__ __forceinline__ void dl_matrix_phase(const DlStep& st, DlRing<T>& ring, const DlSmem& sm, int layer) {
+__device__ __forceinline__ void dl_matrix_phase_tc(const DlStep& st, DlRing<T>& ring, const DlSmem& sm, int layer) {
+    constexpr int CH = DL_CHUNK_TC, TC_UNROLL = DL_TC_UNROLL;  // stages at once; the K loop's unroll
+    float (*red)[DL_CHUNK_TC][DL_WARPS][64] = dl_red;
+    const int D = st.D, M = st.M, K = dl_k(P, D), nseg = K / D, npiece = D / 16;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int r0 = dl_geo[P].lo, r1 = dl_geo[P].hi;
+    const int ngroups = (r1 - r0 + DL_ROWS - 1) / DL_ROWS;
+    const float* actg = sm.act + min(g, M - 1) * (K + DL_PAD) + 4 * t;  // token g's row at this lane
+#ifdef DL_TRACE
+    ring.t_wait = 0;
+    const long long t_phase = clock64();
+#endif
+    const int cmax = min(CH, ring.n_stages);
+    float acc[CH][3][4];  // K = 4D: kept over a row group's segments
+#pragma unroll
+    for (int j = 0; j < CH; ++j)
+#pragma unroll
+        for (int q = 0; q < 3; ++q) acc[j][q][0] = acc[j][q][1] = acc[j][q][2] = acc[j][q][3] = 0.0f;
+    for (int g0 = 0, seg0 = 0, parity = 0; g0 < ngroups; parity ^= 1) {
+        const int c = nseg == 1 ? min(cmax, ngroups - g0) : min(cmax, nseg - seg0);
+        ring.acquire(c);
+#pragma unroll
+        for (int j = 0; j < CH; ++j) {
+            if (j >= c) break;
+            const int q = nseg == 1 ? j : 0;  // K = 4D: every segment into stage slot 0's sums
+            const T* w = ring.stage(j) + g * ring.rs + 4 * t;
+            const float* a = actg + (nseg == 1 ? 0 : (seg0 + j) * D);
+#pragma unroll TC_UNROLL
+            for (int pc = warp; pc < npiece; pc += DL_WARPS) {
+                const float4 wv = DlTcPiece<T>::load(w + 16 * pc);
+                const float4 av = *reinterpret_cast<const float4*>(a + 16 * pc);
+                dl_tc_step<T>(acc[q], wv.x, wv.y, av.x, av.y);
+                dl_tc_step<T>(acc[q], wv.z, wv.w, av.z, av.w);
+            }
+        }
+        ring.release(c);
+        int nsum = 0;  // stages whose sums are complete now
+        if (nseg == 1) {
+            nsum = c;
+        } else {
+            seg0 += c;
+            if (seg0 == nseg) nsum = 1;
+        }
+        if (nsum == 0) continue;
+        // lane (g, t) holds rows g, tokens 2t and 2t + 1 of each stage: to shared memory, then
+        // thread (j, row, token) adds the 8 warps' in order
+#pragma unroll
+        for (int j = 0; j < CH; ++j) {
+            if (j >= nsum) break;
+            const float s0 = (acc[j][0][0] + acc[j][1][0]) + acc[j][2][0];
+            const float s1 = (acc[j][0][1] + acc[j][1][1]) + acc[j][2][1];
+            *reinterpret_cast<float2*>(&red[parity][j][warp][g * 8 + 2 * t]) = make_float2(s0, s1);
+#pragma unroll
+            for (int q = 0; q < 3; ++q) acc[j][q][0] = acc[j][q][1] = acc[j][q][2] = acc[j][q][3] = 0.0f;
+        }
+        dl_sync();
+        if ((int)threadIdx.x < nsum * 64) {
+            const int j = threadIdx.x >> 6, row = (threadIdx.x >> 3) & 7, tok = threadIdx.x & 7;
+            const int n = r0 + (g0 + j) * DL_ROWS + row;
+            if (tok < M && n < r1) {
+                float sum = 0.0f;
+#pragma unroll
+                for (int w = 0; w < DL_WARPS; ++w) sum += red[parity][j][w][row * 8 + tok];
+                dl_store_output<P>(st, sm, layer, tok, n, r0, sum);
+            }
+        }
+        g0 += nsum;
+        seg0 = 0;
+        // (red[parity] is written again two chunks on, after the dl_sync of the next one)
+    }
+#ifdef DL_TRACE
+    if (blockIdx.x == 0 && threadIdx.x == 0 && layer < 64) {
+        dl_detail[4 * layer + P][0] = ring.t_wait;
+        dl_detail[4 * layer + P][1] = clock64() - t_phase;
+        dl_detail[4 * layer + P][2] = t_phase;
+        dl_detail[4 * layer + P][3] = dl_inputs_end;
+    }
+#endif
+}
+
+// The matrix phase for the step's M tokens (its LayerNorm included for QKV and FC): at one token
+// the register path above while a warp's pieces of a row fit (D <= 1664 for float32 weights,
+// 1792 for bf16: 13 or 7 pieces a lane, 52 or 56 floats; 6 or 3 up to D = 768);
+// else the LayerNorm on the shared activations and MP = M rounded up to 1, 2, 4 or 8.
+template <typename T, int P>
+__device__ __forceinline__ void dl_matrix_phase(const DlStep& st, DlRing<T>& ring, const DlSmem& sm, int layer,
+                                                double inv_d) {
+    constexpr int SMALL = sizeof(T) == 4 ? 6 : 3, LARGE = sizeof(T) == 4 ? 0 : 7;
+    const int npl = (st.D / (16 / (int)sizeof(T)) + 31) / 32;  // pieces of a row per lane
+#ifndef DL_NO_REGS1  // (an A/B switch: one token on the shared-memory path)
+    if (st.M == 1 && npl <= SMALL) return dl_matrix_phase_1<T, P, SMALL>(st, ring, sm, layer, inv_d);
+    if constexpr (LARGE > 0) {  // float32 from D = 1024 on: measured slower (gpt2-xl 421 vs 435 tok/s)
+        if (st.M == 1 && npl <= LARGE) return dl_matrix_phase_1<T, P, LARGE>(st, ring, sm, layer, inv_d);
+    }
+#endif
+    if (P == 0 || P == 2) dl_layernorm_act(sm, st.M, st.D, inv_d, st.eps);
+#ifndef DL_NO_TC  // (A/B switches: DL_NO_TC, 2 to 8 tokens on the FMA path; DL_TC_F32, float32 too)
+#ifdef DL_TC_F32
+    constexpr bool tc = true;
+#else
+    constexpr bool tc = sizeof(T) == 2;  // float32: 3 products a k-step, measured no faster (13,404 vs 13,436 tok/s)
+#endif
+    if constexpr (tc) {  // from 5 tokens: at 2 and 4 the FMA path was faster (gpt2 bf16 5,875 vs 5,087
+                         // and 9,402 vs 9,277 tok/s), at 8 slower (13,286 vs 15,000)
+        if (st.M > 4) return dl_matrix_phase_tc<T, P>(st, ring, sm, layer);
+    }
+#endif
     if (st.M == 1) dl_matrix_phase_m<T, P, 1>(st, ring, sm, layer);
     else if (st.M == 2) dl_matrix_phase_m<T, P, 2>(st, ring, sm, layer);
     else if (st.M <= 4) dl_matrix_phase_m<T, P, 4>(st, ring, sm, layer);
@@ -722,7 +1068,7 @@ __device__ __forceinline__ void decode_layers_body(const DlStep& st, unsigned* b
     DlSmem sm;
     sm.rmax = (4 * D + gridDim.x - 1) / gridDim.x;
     sm.act = reinterpret_cast<float*>(dl_smem4);
-    sm.res = sm.act + M * 4 * D;
+    sm.res = sm.act + M * (4 * D + DL_PAD);
     sm.bias = sm.res + ((M * sm.rmax + 3) & ~3);  // every region 16-byte aligned
     sm.ln_g = sm.bias + ((sm.rmax + 3) & ~3);
     sm.ln_b = sm.ln_g + D;
@@ -732,6 +1078,7 @@ __device__ __forceinline__ void decode_layers_body(const DlStep& st, unsigned* b
     ring.bars = bars;
     ring.n_stages = n_stages;
     ring.D = D;
+    ring.rs = D + DL_PAD;
     // The layer table (12 pointers a layer), the phases' rows and the ring's barriers, then the
     // producer warp leaves to stream the weights: all before the wait, as none of it depends on
     // the kernels before.
@@ -745,6 +1092,14 @@ __device__ __forceinline__ void decode_layers_body(const DlStep& st, unsigned* b
         if (threadIdx.x == DL_THREADS) ring.produce(st.n_layer);
         return;
     }
+#ifdef DL_TRACE
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        unsigned long long ns;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+        dl_clock_pair[0] = clock64();
+        dl_clock_pair[1] = (long long)ns;
+    }
+#endif
     DlParams q;
     dl_params_fetch(0, 0, D, q);
     pdl_wait();
@@ -760,8 +1115,8 @@ __device__ __forceinline__ void decode_layers_body(const DlStep& st, unsigned* b
         if (layer > 0) dl_grid_sync(barrier, target);
         DL_STAMP(t);
         dl_phase_inputs(st, 0, q, sm, st.x);
-        dl_layernorm_act(sm, M, D, inv_d, st.eps);
-        dl_matrix_phase<T, 0>(st, ring, sm, layer);
+        dl_matrix_phase<T, 0>(st, ring, sm, layer, inv_d);
+        DL_TAIL(layer, 0);
         dl_params_fetch(layer, 1, D, q);  // PROJ's, held through ATT
         DL_STAMP(t + 1);
         dl_grid_sync(barrier, target);
@@ -772,23 +1127,33 @@ __device__ __forceinline__ void decode_layers_body(const DlStep& st, unsigned* b
         dl_grid_sync(barrier, target);
         DL_STAMP(t + 4);
         dl_phase_inputs(st, 1, q, sm, st.att);
-        dl_matrix_phase<T, 1>(st, ring, sm, layer);
+        dl_matrix_phase<T, 1>(st, ring, sm, layer, inv_d);
+        DL_TAIL(layer, 1);
         dl_params_fetch(layer, 2, D, q);
         DL_STAMP(t + 5);
         dl_grid_sync(barrier, target);
         DL_STAMP(t + 6);
         dl_phase_inputs(st, 2, q, sm, st.x);
-        dl_layernorm_act(sm, M, D, inv_d, st.eps);
-        dl_matrix_phase<T, 2>(st, ring, sm, layer);
+        dl_matrix_phase<T, 2>(st, ring, sm, layer, inv_d);
+        DL_TAIL(layer, 2);
         dl_params_fetch(layer, 3, D, q);
         DL_STAMP(t + 7);
         dl_grid_sync(barrier, target);
         DL_STAMP(t + 8);
         dl_phase_inputs(st, 3, q, sm, st.hid);
-        dl_matrix_phase<T, 3>(st, ring, sm, layer);
+        dl_matrix_phase<T, 3>(st, ring, sm, layer, inv_d);
+        DL_TAIL(layer, 3);
         if (layer + 1 < st.n_layer) dl_params_fetch(layer + 1, 0, D, q);
         DL_STAMP(t + 9);
     }
+#ifdef DL_TRACE
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        unsigned long long ns;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+        dl_clock_pair[2] = clock64();
+        dl_clock_pair[3] = (long long)ns;
+    }
+#endif
     // Leave the counter zero for the next launch: the last block to arrive here (after every
     // block has passed its last wait) resets it.
     dl_sync();

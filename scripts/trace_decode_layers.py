@@ -76,6 +76,32 @@ def main() -> int:
     for p, name in enumerate(("QKV", "PROJ", "FC", "PROJ2")):
         row = [np.median(inputs[:, p]), np.median(ln[:, p])] + list(np.median(d[:, p], axis=0))
         print(f"{name:6} " + " ".join(f"{v:8.2f}" for v in row))
+    chs = cp.asnumpy(cp.ndarray((2, 4 * 64, 8, 3), cp.int64, mod.get_global("dl_chunk"))[:, :4 * n])
+    for wi, p, name in [(wi, p, name) for wi in (0, 1) for p, name in enumerate(("QKV", "PROJ", "FC", "PROJ2"))]:
+        ch = chs[wi].reshape(n, 4, 8, 3)
+        if p == 0:
+            print(f"first block, warp {wi}, per stage chunk (us, median over layers): to acquired / arithmetic / sums + store")
+        prev = det[:, p, 2].astype(np.float64)
+        cells = []
+        for c in range(8):
+            a, b, e = (ch[:, p, c, i].astype(np.float64) for i in range(3))
+            if not (a > prev).all():
+                break
+            done = e if (e > b).all() else b
+            cells.append("%.2f/%.2f/%.2f" % tuple(np.median(v) / ghz / 1e3 for v in (a - prev, b - a, done - b)))
+            prev = done
+        print(f"{name:6} " + "  ".join(cells))
+    tail = cp.asnumpy(cp.ndarray((64, 4), cp.int64, mod.get_global("dl_tail"))[:n])
+    ends = st[-1, 0][:, [1, 5, 7, 9]]  # [layer, matrix phase]: the first block's phase-end stamps
+    arith_end = det[..., 2] + det[..., 1]
+    print("first block, after each matrix phase (us, median over layers): its last stamp to its return / "
+          "its return to the phase's end stamp (the next parameters' loads issued)")
+    print("       " + "  ".join(f"{name} {np.median((tail[:, p] - arith_end[:, p]) / ghz / 1e3):.2f}/"
+                                f"{np.median((ends[:, p] - tail[:, p]) / ghz / 1e3):.2f}"
+                                for p, name in enumerate(("QKV", "PROJ", "FC", "PROJ2"))))
+    cl = cp.asnumpy(cp.ndarray((4,), cp.int64, mod.get_global("dl_clock_pair")))
+    print(f"SM clock during the last step: {(cl[2] - cl[0]) / max(cl[3] - cl[1], 1):.3f} GHz "
+          f"(ClockRate attribute {ghz:.3f}; the us above use the attribute)")
     layer = (start[:, 0, -1, 0] - start[:, 0, 0, 0]) / ghz / 1e3 / max(n - 1, 1)
     print(f"per layer (first block, start to start): {np.median(layer):.2f} us")
     return 0

@@ -21,6 +21,7 @@ from .cuda_modules import kernel, launch, sm_count
 
 THREADS = 256  # DL_THREADS: the compute threads; the block has a producer warp besides
 ROWS = 8  # DL_ROWS: weight rows per stage
+PAD = 16  # DL_PAD: elements after each stage row and activation row
 MAX_STAGES = 16  # DL_MAX_STAGES
 KEYS = 64  # DL_KEYS: keys per attention task
 MAX_LAYERS = 48  # DL_MAX_LAYERS
@@ -86,8 +87,8 @@ class DecodeLayers:
         if int(cp.cuda.Device().compute_capability) < 90:  # bulk copies, mbarrier byte counts
             return None
         r4 = lambda n: -(-n // 4) * 4  # noqa: E731
-        fixed = 4 * (m * 4 * d + r4(m * rmax) + r4(rmax) + 2 * d)
-        stage = ROWS * d * (2 if self.bf16 else 4)
+        fixed = 4 * (m * (4 * d + PAD) + r4(m * rmax) + r4(rmax) + 2 * d)
+        stage = ROWS * (d + PAD) * (2 if self.bf16 else 4)
         room = _smem_limit() - self.kernel.shared_size_bytes - _SMEM_SPARE - fixed
         stages = min(MAX_STAGES, room // stage)
         if stages < 2:
