@@ -498,6 +498,18 @@ __device__ __forceinline__ void dl_store_output(const DlStep& st, const DlSmem& 
     }
 }
 
+#ifdef DL_TRACE
+// The first block's thread 0 at the end of matrix phase P (scripts/trace_decode_layers.py).
+__device__ __forceinline__ void dl_trace_phase_end(long long t_wait, int layer, int P, long long t_phase) {
+    if (blockIdx.x == 0 && threadIdx.x == 0 && layer < 64) {
+        dl_detail[4 * layer + P][0] = t_wait;
+        dl_detail[4 * layer + P][1] = clock64() - t_phase;
+        dl_detail[4 * layer + P][2] = t_phase;
+        dl_detail[4 * layer + P][3] = dl_inputs_end;
+    }
+}
+#endif
+
 // Matrix phase P for this block's rows [r0, r1), MP >= M tokens (1, 2, 4 or 8). The rows come in
 // row groups of DL_ROWS, one per stage and segment (K = nseg * D); warp w takes row w of each
 // group, its lanes 16-byte pieces of the row (lane l: pieces l, l + 32, ...) against the
@@ -612,12 +624,7 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
         }
     }
 #ifdef DL_TRACE
-    if (blockIdx.x == 0 && threadIdx.x == 0 && layer < 64) {
-        dl_detail[4 * layer + P][0] = ring.t_wait;
-        dl_detail[4 * layer + P][1] = clock64() - t_phase;
-        dl_detail[4 * layer + P][2] = t_phase;
-        dl_detail[4 * layer + P][3] = dl_inputs_end;
-    }
+    dl_trace_phase_end(ring.t_wait, layer, P, t_phase);
 #endif
 }
 
@@ -627,9 +634,10 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
 // for every row and one accumulator, 160 more for the warp's sum. So here every warp holds the
 // token's activations in registers (lane l: pieces l, l + 32, ... of 16 weight bytes, NP at most),
 // normalizes them itself where the phase has a LayerNorm (statistics from the warps' slices,
-// one block barrier), and takes up to DL_CHUNK1 of its stages at once: K = D, one row per stage
-// (rows w, w + 8, ...), their sums in one dl_warp_sums; K = 4D (PROJ2), the row's segments, each
-// against its activations read from shared memory. Four accumulators per row.
+// one block barrier), and takes DL_CHUNK1 of its stages at once (1: measured faster than 2 or
+// 4, docs/PERFORMANCE.md version 11): K = D, one row per stage (rows w, w + 8, ...), their sums in
+// one dl_warp_sums; K = 4D (PROJ2), the row's segments, each against its activations read from
+// shared memory. Four accumulators per row.
 #ifndef DL_CHUNK1
 #define DL_CHUNK1 1
 #endif
@@ -765,17 +773,12 @@ __device__ __forceinline__ void dl_matrix_phase_1(const DlStep& st, DlRing<T>& r
         }
     }
 #ifdef DL_TRACE
-    if (blockIdx.x == 0 && threadIdx.x == 0 && layer < 64) {
-        dl_detail[4 * layer + P][0] = ring.t_wait;
-        dl_detail[4 * layer + P][1] = clock64() - t_phase;
-        dl_detail[4 * layer + P][2] = t_phase;
-        dl_detail[4 * layer + P][3] = dl_inputs_end;
-    }
+    dl_trace_phase_end(ring.t_wait, layer, P, t_phase);
 #endif
 }
 
 // Matrix phase P for 2 to 8 tokens on the tensor cores (mma.sync m16n8k8, TF32 inputs, float32
-// sums). With the tokens' sums on the FMA units (dl_matrix_phase_m) every 16 weight bytes cost
+// sums; dl_matrix_phase gives it 5 to 8 tokens of bf16 weights, where it was measured faster). With the tokens' sums on the FMA units (dl_matrix_phase_m) every 16 weight bytes cost
 // M activation loads from shared memory, which bound the phase (batch 8: 18 us of a layer's
 // arithmetic). Here a stage (8 rows x D) is the A operand, rows 8..15 zero, and the M tokens'
 // activations the B operand (token n = column n; columns past M repeat token M - 1 and are not
@@ -902,12 +905,7 @@ __device__ __forceinline__ void dl_matrix_phase_tc(const DlStep& st, DlRing<T>& 
         // (red[parity] is written again two chunks on, after the dl_sync of the next one)
     }
 #ifdef DL_TRACE
-    if (blockIdx.x == 0 && threadIdx.x == 0 && layer < 64) {
-        dl_detail[4 * layer + P][0] = ring.t_wait;
-        dl_detail[4 * layer + P][1] = clock64() - t_phase;
-        dl_detail[4 * layer + P][2] = t_phase;
-        dl_detail[4 * layer + P][3] = dl_inputs_end;
-    }
+    dl_trace_phase_end(ring.t_wait, layer, P, t_phase);
 #endif
 }
 
