@@ -87,6 +87,12 @@ __device__ long long dl_chunk[2][4 * 64][8][3];  // first block, warps 0 and 1: 
 __device__ long long dl_tail[64][4];  // first block, thread 0: clock64() when each matrix phase returned
 __device__ long long dl_clock_pair[4];  // first block: clock64 and globaltimer (ns) at start and end
 #define DL_CLOCK(v) long long v = clock64()
+// warps 0 and 1 of the first block: clock64() at point k (0 acquired, 1 summed, 2 stored) of chunk c
+#define DL_CHUNK_STAMP(l, p, c, k)                                                                        \
+    do {                                                                                                  \
+        if (blockIdx.x == 0 && (threadIdx.x & ~32) == 0 && (l) < 64 && (c) < 8)                          \
+            dl_chunk[threadIdx.x >> 5][4 * (l) + (p)][c][k] = clock64();                                  \
+    } while (0)
 #define DL_TAIL(l, p)                                                          \
     do {                                                                       \
         if (threadIdx.x == 0 && blockIdx.x == 0 && (l) < 64) dl_tail[l][p] = clock64(); \
@@ -555,7 +561,7 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
         ring.acquire(c);
 #ifdef DL_TRACE
         const int chunk_i = nseg == 1 ? g : g * nseg + seg0;
-        if (blockIdx.x == 0 && (threadIdx.x & ~32) == 0 && layer < 64 && chunk_i < 8) dl_chunk[threadIdx.x >> 5][4 * layer + P][chunk_i][0] = clock64();
+        DL_CHUNK_STAMP(layer, P, chunk_i, 0);
 #endif
         const T* w[DL_CHUNK];
 #pragma unroll
@@ -589,7 +595,7 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
         }
         ring.release(c);
 #ifdef DL_TRACE
-        if (blockIdx.x == 0 && (threadIdx.x & ~32) == 0 && layer < 64 && chunk_i < 8) dl_chunk[threadIdx.x >> 5][4 * layer + P][chunk_i][1] = clock64();
+        DL_CHUNK_STAMP(layer, P, chunk_i, 1);
 #endif
 
         const int tok = lane / (32 / MP);
@@ -603,7 +609,7 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
             }
             g += c;
 #ifdef DL_TRACE
-            if (blockIdx.x == 0 && (threadIdx.x & ~32) == 0 && layer < 64 && chunk_i < 8) dl_chunk[threadIdx.x >> 5][4 * layer + P][chunk_i][2] = clock64();
+            DL_CHUNK_STAMP(layer, P, chunk_i, 2);
 #endif
         } else {  // segments of one row: their partial sums into carry, in segment order
 #pragma unroll
@@ -713,7 +719,7 @@ __device__ __forceinline__ void dl_matrix_phase_1(const DlStep& st, DlRing<T>& r
         const int c = nseg == 1 ? min(cmax, ngroups - g) : min(cmax, nseg - seg0);
         ring.acquire(c);
 #ifdef DL_TRACE
-        if (blockIdx.x == 0 && (threadIdx.x & ~32) == 0 && layer < 64 && chunk_i < 8) dl_chunk[threadIdx.x >> 5][4 * layer + P][chunk_i][0] = clock64();
+        DL_CHUNK_STAMP(layer, P, chunk_i, 0);
 #endif
         float acc[DL_CHUNK1];
 #pragma unroll
@@ -742,7 +748,7 @@ __device__ __forceinline__ void dl_matrix_phase_1(const DlStep& st, DlRing<T>& r
         }
         ring.release(c);
 #ifdef DL_TRACE
-        if (blockIdx.x == 0 && (threadIdx.x & ~32) == 0 && layer < 64 && chunk_i < 8) dl_chunk[threadIdx.x >> 5][4 * layer + P][chunk_i][1] = clock64();
+        DL_CHUNK_STAMP(layer, P, chunk_i, 1);
 #endif
         if (nseg == 1) {  // c rows: lane l has row l / 8's sum
             const float s = dl_warp_sums<DL_CHUNK1>(acc, lane);
@@ -750,7 +756,7 @@ __device__ __forceinline__ void dl_matrix_phase_1(const DlStep& st, DlRing<T>& r
             if (lane % (32 / DL_CHUNK1) == 0 && j < c && row < r1) dl_store_output<P>(st, sm, layer, 0, row, r0, s);
             g += c;
 #ifdef DL_TRACE
-            if (blockIdx.x == 0 && (threadIdx.x & ~32) == 0 && layer < 64 && chunk_i < 8) dl_chunk[threadIdx.x >> 5][4 * layer + P][chunk_i][2] = clock64();
+            DL_CHUNK_STAMP(layer, P, chunk_i, 2);
             ++chunk_i;
 #endif
         } else {  // segments of one row, added in segment order
