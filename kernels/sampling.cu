@@ -14,6 +14,11 @@
 // lengths[r] + 1 (seq unchanged), so a greedy decode can run its next step with no host round
 // trip. Nothing else reads them by then: every kernel before this one has finished at pdl_wait().
 //
+// host_out (optional, NULL for none): [rows] int32 in mapped, page-locked host memory (its
+// device address); the winners are written there too, so that a greedy decode step needs no
+// copy after its kernels (the copy engine's own start cost about 9 us a step on the H200,
+// docs/PERFORMANCE.md version 12). The host reads them once an event after this kernel completes.
+//
 // Launch: grid = (ceil(V / chunk), rows), block = ARGMAX_THREADS, no dynamic shared memory;
 // counters [rows] zero before the first launch (left zero by every launch).
 // Takes part in programmatic dependent launch (common.cuh): reads nothing before pdl_wait().
@@ -59,9 +64,10 @@ __device__ __forceinline__ void argmax_block(float& bv, int& bi, float* sv, int*
 
 // Row r's winner bi -> out[r] (all logits NaN: index 0 rather than an out-of-range sentinel),
 // and the next step's ints when step is given (see the top).
-__device__ __forceinline__ void argmax_write(int* out, int* step, int r, int rows, int bi) {
+__device__ __forceinline__ void argmax_write(int* out, int* step, int* host_out, int r, int rows, int bi) {
     const int id = bi == ARGMAX_NONE ? 0 : bi;
     out[r] = id;
+    if (host_out != nullptr) host_out[r] = id;
     if (step != nullptr) {
         step[r] = id;
         step[2 * rows + r] += 1;
@@ -76,7 +82,8 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_rows_f32(
     float* __restrict__ part_v,        // [rows, gridDim.x]
     int* __restrict__ part_i,          // [rows, gridDim.x]
     int* __restrict__ counters,        // [rows]
-    int* __restrict__ step) {          // [4, rows] or NULL
+    int* __restrict__ step,            // [4, rows] or NULL
+    int* __restrict__ host_out) {      // [rows] mapped host memory, or NULL
     __shared__ float sv[32];
     __shared__ int si[32];
     __shared__ int is_last;
@@ -103,7 +110,7 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_rows_f32(
     }
     argmax_block(bv, bi, sv, si);
     if (n_chunks == 1) {
-        if (threadIdx.x == 0) argmax_write(out, step, r, gridDim.y, bi);
+        if (threadIdx.x == 0) argmax_write(out, step, host_out, r, gridDim.y, bi);
         return;
     }
     if (threadIdx.x == 0) {
@@ -125,5 +132,5 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_rows_f32(
         if (argmax_better(qv, qi, bv, bi)) { bv = qv; bi = qi; }
     }
     argmax_block(bv, bi, sv, si);
-    if (threadIdx.x == 0) argmax_write(out, step, r, gridDim.y, bi);
+    if (threadIdx.x == 0) argmax_write(out, step, host_out, r, gridDim.y, bi);
 }

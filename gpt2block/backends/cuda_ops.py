@@ -21,6 +21,27 @@ ARGMAX_THREADS = 256
 ARGMAX_CHUNK = 8 * ARGMAX_THREADS  # logits per block: ARGMAX_UNROLL loads per thread (sampling.cu)
 
 
+class MappedInts:
+    """int32 [n] in page-locked host memory mapped into the device's address space: kernels
+    write it through ``device_ptr`` (argmax_rows' host_out), the host reads ``array`` once an
+    event after the writing kernel has completed. Freed when the object is."""
+
+    def __init__(self, n: int):
+        import ctypes
+        import weakref
+
+        if n < 1:
+            raise ValueError(f"MappedInts needs at least one element; got {n}")
+        rt = cp.cuda.runtime
+        ptr = rt.hostAlloc(4 * n, rt.hostAllocMapped | rt.hostAllocPortable)
+        weakref.finalize(self, rt.freeHost, ptr)
+        self.array = np.ctypeslib.as_array((ctypes.c_int32 * n).from_address(ptr))
+        self.array[:] = 0
+        self.device_ptr = int(rt.pointerGetAttributes(ptr).devicePointer)
+        if not self.device_ptr:
+            raise RuntimeError("page-locked host memory could not be mapped into the device's address space")
+
+
 def _f32(name, a, ndim=None):
     if not isinstance(a, cp.ndarray):
         raise TypeError(f"{name} must be a CuPy array; got {type(a).__name__}")
@@ -95,11 +116,12 @@ class ArgmaxWorkspace:
 _argmax_ws: dict = {}
 
 
-def argmax_rows(logits, out, advance=None) -> None:
+def argmax_rows(logits, out, advance=None, host_out: MappedInts | None = None) -> None:
     """out[r] = argmax(logits[r]) (first index of the maximum): logits [rows, V], out int32 [rows].
     Each row is read by ceil(V / ARGMAX_CHUNK) blocks, reduced in the kernel (sampling.cu).
     ``advance``: a decode step's ints, int32 [4, rows] (ids, seq, pos, lengths) on the device,
-    moved on to the next greedy step in the kernel: ids = out, pos + 1, lengths + 1."""
+    moved on to the next greedy step in the kernel: ids = out, pos + 1, lengths + 1.
+    ``host_out``: MappedInts of rows elements that get out's values too (no copy afterwards)."""
     if not isinstance(logits, cp.ndarray) or logits.dtype != cp.float32 or logits.ndim != 2 or logits.strides[1] != 4:
         raise ValueError("logits must be a float32 CuPy array [rows, V] with contiguous rows")
     rows, v = logits.shape
@@ -115,6 +137,8 @@ def argmax_rows(logits, out, advance=None) -> None:
     if advance is not None and (not isinstance(advance, cp.ndarray) or advance.dtype != cp.int32
                                 or advance.shape != (4, rows) or not advance.flags.c_contiguous):
         raise ValueError(f"advance must be a contiguous int32 CuPy array of shape (4, {rows})")
+    if host_out is not None and (not isinstance(host_out, MappedInts) or host_out.array.shape != (rows,)):
+        raise ValueError(f"host_out must be MappedInts of {rows} elements")
     chunks = -(-v // ARGMAX_CHUNK)
     # one workspace per (stream, rows, chunks), never replaced: a captured graph keeps its own
     key = (cp.cuda.Device().id, cp.cuda.get_current_stream().ptr, rows, chunks)
@@ -124,5 +148,6 @@ def argmax_rows(logits, out, advance=None) -> None:
     k = kernel("sampling", "argmax_rows_f32", (("ARGMAX_THREADS", ARGMAX_THREADS),))
     launch(k, (chunks, rows), (ARGMAX_THREADS,),
            (logits, out, cp.int32(v), cp.int32(ld), cp.int32(ARGMAX_CHUNK), ws.part_v, ws.part_i, ws.counters,
-            advance if advance is not None else np.uint64(0)),  # NULL: no advance
+            advance if advance is not None else np.uint64(0),  # NULL: no advance
+            np.uint64(0 if host_out is None else host_out.device_ptr)),
            programmatic=True)

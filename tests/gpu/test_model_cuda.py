@@ -287,6 +287,28 @@ def test_argmax_advances_a_decode_steps_ints(cp):
         cuda_ops.argmax_rows(cp.asarray(logits), out, advance=cp.zeros((4, 2), cp.int32))
 
 
+def test_argmax_writes_mapped_host_memory(cp):
+    """argmax_rows(host_out=MappedInts): the host sees every row's argmax once the stream is done,
+    with no copy; a host_out of the wrong size or kind is refused."""
+    from gpt2block.backends import cuda_ops
+
+    rng = np.random.default_rng()
+    for rows in (1, 3, 8):
+        logits = rng.normal(0, 1, (rows, 50257)).astype(np.float32)
+        logits[0, rng.integers(0, 50257)] = 9.0  # a clear winner somewhere in row 0
+        ring = cuda_ops.MappedInts(rows)
+        ring.array[:] = -7  # poisoned
+        out = cp.full(rows, -1, cp.int32)
+        cuda_ops.argmax_rows(cp.asarray(logits), out, host_out=ring)
+        cp.cuda.get_current_stream().synchronize()
+        np.testing.assert_array_equal(ring.array, logits.argmax(-1))
+        np.testing.assert_array_equal(cp.asnumpy(out), logits.argmax(-1))
+    with pytest.raises(ValueError, match="host_out must be MappedInts of 3"):
+        cuda_ops.argmax_rows(cp.asarray(logits[:3]), out[:3], host_out=cuda_ops.MappedInts(2))
+    with pytest.raises(ValueError, match="host_out must be MappedInts"):
+        cuda_ops.argmax_rows(cp.asarray(logits[:3]), out[:3], host_out=np.zeros(3, np.int32))
+
+
 @pytest.mark.parametrize("d, batch, graphs", [(768, 1, True), (768, 3, True), (768, 3, False),
                                               (1600, 2, True)])
 def test_greedy_steps_run_ahead_equal_one_step_at_a_time(hf_models, d, batch, graphs):
