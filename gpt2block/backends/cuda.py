@@ -19,8 +19,9 @@ One block, the ten steps (the residual stream x is updated in place), prefill / 
 Decode (batch <= 8) can run every block in one persistent kernel, decode_layers_* (cuda_decode;
 the same five steps below as phases, the blocks of the grid meeting at a barrier between them),
 where its activations and weight ring fit one SM's shared memory: fused_decode=True, or "auto"
-(the default), which picks it from n_embd >= FUSED_AUTO_MIN_D, where it measured faster
-(docs/PERFORMANCE.md, version 4). Otherwise five kernels per block:
+(the default), which picks it where it measured faster (fused_auto; docs/PERFORMANCE.md, versions
+4 and 12): from n_embd FUSED_AUTO_MIN_D on, and below it for one token with float32 weights and
+for 5-8 tokens with bf16 weights. Otherwise five kernels per block:
     qkv = LN(x) @ W_qkv + b; K, V -> cache   gemv_*_nt_ln_bias_kv
     a = attention(q, cache)           attention_decode_f32
     x = x + a @ W_attn + b            gemv_*_nt_bias_residual
@@ -52,7 +53,17 @@ from .base import Cache, Runner, check_ids
 # precision mode -> (GEMM variant, attention variant); bf16 mode stores the decode matrices as bf16
 VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32"), "bf16": ("tf32x3", "tf32x3f")}
 MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
-FUSED_AUTO_MIN_D = 1600  # fused_decode="auto": gpt2-xl was faster fused, gpt2 slower (version 4)
+FUSED_AUTO_MIN_D = 1600  # fused_decode="auto": gpt2-xl was faster fused at every batch (versions 4, 10)
+
+
+def fused_auto(n_embd: int, precision: str, batch: int) -> bool:
+    """fused_decode="auto": whether a decode step of ``batch`` tokens runs decode_layers. Measured
+    on the H200 (docs/PERFORMANCE.md, version 12; gpt2 tok/s fused vs five kernels): float32
+    weights at one token 3,254 vs 3,155, at 8 tokens 13,964 vs 14,084; bf16 at one token 3,543 vs
+    3,755, at 8 tokens (the tensor-core phase, from 5) 15,357 vs 14,566. gpt2-xl: fused throughout."""
+    if n_embd >= FUSED_AUTO_MIN_D:
+        return True
+    return batch == 1 if precision != "bf16" else batch >= 5
 
 
 class BlockWorkspace:
@@ -313,7 +324,7 @@ class CudaRunner(Runner):
         """Whether this step runs its blocks in the one decode_layers kernel."""
         fused = self.fused_decode
         if fused == "auto":
-            fused = self.config.n_embd >= FUSED_AUTO_MIN_D
+            fused = fused_auto(self.config.n_embd, self.precision, b)
         if not fused:
             return False
         if self._fused is None:
