@@ -128,7 +128,7 @@ class CudaCache(Cache):
         self.graph_chain = [None, None]  # the step's kernels alone, fed by the step before (greedy_steps),
         # one graph per slot of argmax_ring
         self.argmax_ring = None  # 2 x cuda_ops.MappedInts(B): greedy_steps' argmax, alternating
-        self.ring_events = None  # events after each download: [0], [1] for the ring, [2] for argmax_host
+        self.ring_events = None  # events after each step: [0], [1] for the ring's slots, [2] for argmax_host
 
 
 class CudaRunner(Runner):

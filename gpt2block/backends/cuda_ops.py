@@ -6,6 +6,9 @@ and raises ValueError naming the argument; then launches on the current stream.
 
 from __future__ import annotations
 
+import ctypes
+import weakref
+
 import cupy as cp
 import numpy as np
 
@@ -27,9 +30,6 @@ class MappedInts:
     event after the writing kernel has completed. Freed when the object is."""
 
     def __init__(self, n: int):
-        import ctypes
-        import weakref
-
         if n < 1:
             raise ValueError(f"MappedInts needs at least one element; got {n}")
         rt = cp.cuda.runtime
