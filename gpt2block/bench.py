@@ -320,24 +320,25 @@ def bench_prefill(torch, reps, size="gpt2", t=1024):
 
 
 def _ours_decode_rate(torch, runner, batch, steps, reps, prompt_len=16):
+    """Tokens/s of runner.greedy_steps (as generate() runs greedy decode): the loop alone timed by
+    the wall clock, the prefill before it run and synchronized outside the timing (median of reps
+    after 2 warm-up runs). (Until version 13 the prefill was timed in a separate loop and subtracted,
+    which let its noise swing the batch-8 rows by a fifth.)"""
     rng = np.random.default_rng()
     prompts = rng.integers(0, 50257, (batch, prompt_len))
     cache = runner.new_cache(batch)
-
-    def gen():
+    times = []
+    for i in range(reps + 2):
         cache.reset()
         tok = np.stack([runner.prefill(cache, r, prompts[r]) for r in range(batch)]).argmax(-1)
-        for _ in runner.greedy_steps(cache, tok, max_steps=steps):  # as generate() runs greedy decode
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in runner.greedy_steps(cache, tok, max_steps=steps):
             pass
-
-    def prefill_only():
-        cache.reset()
-        for r in range(batch):
-            runner.prefill(cache, r, prompts[r])
-
-    ms = _wall_median(torch.cuda.synchronize, gen, reps)
-    pre = _wall_median(torch.cuda.synchronize, prefill_only, reps)
-    return batch * steps / ((ms - pre) / 1e3)
+        torch.cuda.synchronize()
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    return batch * steps / float(np.median(times))
 
 
 def _hf_decode_rate(torch, model, batch, steps, reps, compiled, prompt_len=16):

@@ -23,6 +23,9 @@ THREADS = 256  # DL_THREADS: the compute threads; the block has a producer warp 
 ROWS = 8  # DL_ROWS: weight rows per stage
 PAD = 16  # DL_PAD: elements after each stage row and activation row
 MAX_STAGES = 16  # DL_MAX_STAGES
+RING_STAGES = 4  # the ring's depth where more would fit: 4 stages ran faster than 3, 6, 8 or all that fit
+# (gpt2 fp32 / bf16 b1 +1.6% / +1.9%, bf16 b8 +1.7%, fp32 b8 and gpt2-xl b1 unchanged; docs/PERFORMANCE.md
+# version 13): a deeper ring keeps more weight copies queued ahead of the phases' own memory accesses
 KEYS = 64  # DL_KEYS: keys per attention task
 MAX_LAYERS = 48  # DL_MAX_LAYERS
 PHASE_MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")  # the kernel's phases 0..3
@@ -90,7 +93,7 @@ class DecodeLayers:
         fixed = 4 * (m * (4 * d + PAD) + r4(m * rmax) + r4(rmax) + 2 * d)
         stage = ROWS * (d + PAD) * (2 if self.bf16 else 4)
         room = _smem_limit() - self.kernel.shared_size_bytes - _SMEM_SPARE - fixed
-        stages = min(MAX_STAGES, room // stage)
+        stages = min(RING_STAGES, MAX_STAGES, room // stage)
         if stages < 2:
             return None
         return Plan(stages, fixed + stages * stage, grid)
