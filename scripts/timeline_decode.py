@@ -52,21 +52,23 @@ def split_steps(recs, last_kernel: str):
 
 
 def summarize(steps) -> list[str]:
-    """Median table over steps of the same kernel sequence (the most common one)."""
+    """Median table over the steps of the most common kernel sequence."""
+    if len(steps) < 2:
+        raise SystemExit(f"only {len(steps)} whole steps were recorded; run more --steps")
     seqs = [tuple(r[2] for r in s) for s in steps]
     common = max(set(seqs), key=seqs.count)
-    same = [s for s, q in zip(steps, seqs) if q == common]
+    idx = [j for j, q in enumerate(seqs) if q == common]
+    same = [steps[j] for j in idx]
     lines = [f"  {len(same)} of {len(steps)} steps with the kernel sequence below (medians, us)",
              f"  {'kernel':44s} {'start':>8s} {'dur':>8s} {'gap to next':>12s}"]
     for i, name in enumerate(common):
         start = statistics.median(s[i][0] - s[0][0] for s in same)
         dur = statistics.median(s[i][1] for s in same)
         if i + 1 < len(common):
-            gap = statistics.median(s[i + 1][0] - (s[i][0] + s[i][1]) for s in same)
+            gaps = [s[i + 1][0] - (s[i][0] + s[i][1]) for s in same]
         else:  # to the next step's first kernel
-            nxt = [same[j + 1][0][0] - (same[j][i][0] + same[j][i][1]) for j in range(len(same) - 1)
-                   if steps.index(same[j]) + 1 == steps.index(same[j + 1])]
-            gap = statistics.median(nxt) if nxt else float("nan")
+            gaps = [steps[j + 1][0][0] - (steps[j][i][0] + steps[j][i][1]) for j in idx if j + 1 < len(steps)]
+        gap = statistics.median(gaps) if gaps else float("nan")
         lines.append(f"  {name[:44]:44s} {start:8.1f} {dur:8.1f} {gap:12.1f}")
     span = statistics.median(s[-1][0] + s[-1][1] - s[0][0] for s in same)
     periods = [b[0][0] - a[0][0] for a, b in zip(steps, steps[1:])]
@@ -92,8 +94,7 @@ def run_case(runner, batch: int, steps: int) -> list[str]:
         for _ in runner.greedy_steps(cache, tok, max_steps=steps):
             pass
         runner.stream.synchronize()
-    recs = [r for r in kernel_records(prof) if not r[2].startswith(("gemm", "attention_prefill", "layernorm"))]
-    return summarize(split_steps(recs, "argmax")[2:])  # not step 0 (decode_greedy's) nor the ring's first
+    return summarize(split_steps(kernel_records(prof), "argmax")[2:])  # not step 0 (decode_greedy's) nor the ring's first
 
 
 def main() -> int:
