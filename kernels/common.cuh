@@ -26,6 +26,32 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// Sums over the warp's 32 lanes of N values at once (N a power of two, at most 32; e.g. the
+// tokens of one output row): log2 N halving steps trade half the values with the lane 16, 8, ...
+// apart (N - 1 shuffles in all), then full sums over the remaining lane bits (log2(32 / N)
+// shuffles), against 5 N for N separate warp_sum. Lane l returns the sum of v[l / (32 / N)].
+// A fixed order, so results repeat bit for bit.
+template <int N>
+__device__ __forceinline__ float warp_sums(float (&v)[N], int lane) {
+    static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "warp_sums: N a power of two up to 32");
+    constexpr int LOG2N = N >= 32 ? 5 : N >= 16 ? 4 : N >= 8 ? 3 : N >= 4 ? 2 : N >= 2 ? 1 : 0;
+#pragma unroll
+    for (int step = 0; step < LOG2N; ++step) {  // (one induction variable: fully unrolled, v stays in registers)
+        const int h = N >> (step + 1), mask = 16 >> step;
+        const bool upper = lane & mask;
+#pragma unroll
+        for (int i = 0; i < h; ++i) {
+            const float keep = upper ? v[i + h] : v[i];
+            const float send = upper ? v[i] : v[i + h];
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+        }
+    }
+    float s = v[0];
+#pragma unroll
+    for (int step = LOG2N; step < 5; ++step) s += __shfl_xor_sync(0xffffffffu, s, 16 >> step);
+    return s;
+}
+
 // Sum over a whole thread block (blockDim.x a multiple of 32, at most 1024).
 // scratch: __shared__ float[32]. Every thread gets the result.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {

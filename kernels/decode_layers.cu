@@ -462,28 +462,6 @@ __device__ __forceinline__ void dl_layernorm_act(const DlSmem& sm, int M, int D,
     dl_sync();
 }
 
-// Sums over the warp's 32 lanes of MP values at once (the tokens of one output row): MP halving
-// steps trade half the values with the lane 16, 8, ... apart (log2 MP shuffles of MP - 1 values in
-// all), then full sums over the remaining lane bits. Lane l returns the sum of v[l / (32 / MP)].
-// A fixed order, so results repeat bit for bit.
-template <int MP>
-__device__ __forceinline__ float dl_warp_sums(float (&v)[MP], int lane) {
-#pragma unroll
-    for (int h = MP / 2, mask = 16; h >= 1; h /= 2, mask /= 2) {
-        const bool upper = lane & mask;
-#pragma unroll
-        for (int i = 0; i < h; ++i) {
-            const float keep = upper ? v[i + h] : v[i];
-            const float send = upper ? v[i] : v[i + h];
-            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
-        }
-    }
-    float s = v[0];
-#pragma unroll
-    for (int mask = 16 / MP; mask >= 1; mask /= 2) s += __shfl_xor_sync(0xffffffffu, s, mask);
-    return s;
-}
-
 // The epilogue of output (m, n) of matrix phase P: sum + bias, then the phase's own end.
 template <int P>
 __device__ __forceinline__ void dl_store_output(const DlStep& st, const DlSmem& sm, int layer, int m, int n, int r0,
@@ -525,7 +503,7 @@ __device__ __forceinline__ void dl_trace_phase_end(long long t_wait, int layer, 
 //     each activation piece loaded once for both;
 //   K = 4D (PROJ2): a chunk is up to CHUNK segments of one row group, each with its own
 //     partial sum (added in segment order at the end of the row).
-// Then each row's MP sums meet by dl_warp_sums and the lanes of token m store output (m, row).
+// Then each row's MP sums meet by warp_sums and the lanes of token m store output (m, row).
 template <typename T, int P, int MP>
 __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& ring, const DlSmem& sm, int layer) {
     constexpr int CPT = 16 / sizeof(T);
@@ -604,7 +582,7 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
 #pragma unroll
             for (int j = 0; j < DL_CHUNK; ++j) {
                 if (!ok[j]) continue;
-                const float s = dl_warp_sums<MP>(acc[j], lane);
+                const float s = warp_sums<MP>(acc[j], lane);
                 if (writer) dl_store_output<P>(st, sm, layer, tok, r0 + (g + j) * DL_ROWS + warp, r0, s);
             }
             g += c;
@@ -620,7 +598,7 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
             seg0 += c;
             if (seg0 < nseg) continue;  // the row goes on in the next chunk (a ring of < nseg stages)
             if (ok[0]) {
-                const float s = dl_warp_sums<MP>(carry, lane);
+                const float s = warp_sums<MP>(carry, lane);
                 if (writer) dl_store_output<P>(st, sm, layer, tok, r0 + g * DL_ROWS + warp, r0, s);
             }
 #pragma unroll
@@ -642,7 +620,7 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
 // normalizes them itself where the phase has a LayerNorm (statistics from the warps' slices,
 // one block barrier), and takes DL_CHUNK1 of its stages at once (1: measured faster than 2 or
 // 4, docs/PERFORMANCE.md version 11): K = D, one row per stage (rows w, w + 8, ...), their sums in
-// one dl_warp_sums; K = 4D (PROJ2), the row's segments, each against its activations read from
+// one warp_sums; K = 4D (PROJ2), the row's segments, each against its activations read from
 // shared memory. Four accumulators per row.
 #ifndef DL_CHUNK1
 #define DL_CHUNK1 1
@@ -751,7 +729,7 @@ __device__ __forceinline__ void dl_matrix_phase_1(const DlStep& st, DlRing<T>& r
         DL_CHUNK_STAMP(layer, P, chunk_i, 1);
 #endif
         if (nseg == 1) {  // c rows: lane l has row l / 8's sum
-            const float s = dl_warp_sums<DL_CHUNK1>(acc, lane);
+            const float s = warp_sums<DL_CHUNK1>(acc, lane);
             const int j = lane / (32 / DL_CHUNK1), row = r0 + (g + j) * DL_ROWS + warp;
             if (lane % (32 / DL_CHUNK1) == 0 && j < c && row < r1) dl_store_output<P>(st, sm, layer, 0, row, r0, s);
             g += c;

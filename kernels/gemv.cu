@@ -11,8 +11,9 @@
 //     only when gridDim.y > 1 (else NULL is fine); the counters must be zero before the first
 //     launch and are left zero by every launch.
 //     Requirements: 1 <= M <= GEMV_MAX_M; N % GEMV_CPT == 0 (4 for f32, 8 for bf16); w 16-byte aligned.
-//   gemv_{f32,bf16}_nt[_ln][_<epilogue>]: y[M,N] = epi(x'[M,K] @ w[N,K]^T (+ bias[N])), w holding
-//     W transposed (the decode copies of the block matrices; wte for the tied LM head):
+//   gemv_{f32,bf16}_nt[_ln][_<epilogue>]_m{1,2,4,8}: y[M,N] = epi(x'[M,K] @ w[N,K]^T (+ bias[N])), w
+//     holding W transposed (the decode copies of the block matrices; wte for the tied LM head); the
+//     suffix is the build for up to 1, 2, 4 or 8 tokens (M = 1, 2, 3-4, 5-8):
 //       gemv_*_nt                  y = x @ w^T
 //       gemv_*_nt_ln               y = LN(x) @ w^T                    (ln_f + LM head)
 //       gemv_*_nt_ln_bias          y = LN(x) @ w^T + bias             (ln_1 + QKV)
@@ -22,8 +23,8 @@
 //     (const float* x, const W* w, const float* bias, const float* R, float* y,
 //      const float* ln_g, const float* ln_b, int M, int N, int K, float eps)
 //     x [M, K] contiguous, w [N, K], bias [N] / R [M, N] / ln_g, ln_b [K] where used (else NULL).
-//     Requirements: 1 <= M <= GEMV_MAX_M; K % 4 == 0 (f32) or K % 8 == 0 (bf16); x, w 16-byte aligned.
-//       gemv_*_nt_ln_bias_kv       as _ln_bias (N = 3D, the QKV product of the decode step), and
+//     Requirements: 1 <= M <= the build's MP; K % 4 == 0 (f32) or K % 8 == 0 (bf16); x, w 16-byte aligned.
+//       gemv_*_nt_ln_bias_kv_m*    as _ln_bias (N = 3D, the QKV product of the decode step), and
 //                                  each row's key and value also into the KV cache; extra arguments
 //                                  (const int* seq, const int* pos, float* k_cache, float* v_cache,
 //                                  long long batch_stride): see GemvKv.
@@ -199,13 +200,16 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 // nt: y[M, N] = epi(x'[M, K] @ w[N, K]^T (+ bias)), w holding W transposed (each output reads one
 // contiguous weight row: the decode layout, and the tied LM head over wte).
 // Each warp owns GEMV_NT_ROWS (2) weight rows at a time, its lanes striding along K in 16-byte
-// chunks (lane l takes chunks l, l + 32, ...), GEMV_NT_UNROLL (bf16: _BF16) chunks per row in flight; the
-// partial sums meet by warp shuffles, no barrier. Warps walk the row pairs with a grid stride
+// chunks (lane l takes chunks l, l + 32, ...), GEMV_NT_UNROLL (bf16: _BF16; float32 from 3 tokens on:
+// _M4) chunks per row in flight; each row's token sums meet by halving shuffles (warp_sums), no
+// barrier. Every kernel is built for MP = 1, 2, 4 and 8 tokens (suffix _m1 .. _m8; the wrapper takes
+// the smallest MP >= M), its token loops unrolled without a branch on M, so that the activation
+// loads of a piece go out together. Warps walk the row pairs with a grid stride
 // (the LM head has thousands; the per-layer matrices one or two per warp). Many small warps
 // keep the loads in flight (bandwidth by occupancy, not by registers per thread).
 // LN: x' = LayerNorm(x; ln_g, ln_b) of each row, staged in shared memory [M][K] by every block
-// (row sums in float64: one pass for the sum and the sum of squares, which float64 keeps exact
-// enough for rows in the thousands); otherwise x' = x read through the L1 cache.
+// (gemv_ln_rows_block up to 4 tokens, gemv_ln_rows_warp from 5); otherwise x' = x read through
+// the L1 cache.
 // Programmatic dependent launch (common.cuh): the first batch of weights is loaded before
 // pdl_wait(); x, R and y are touched after it.
 
@@ -214,6 +218,9 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 #define GEMV_NT_ROWS 2    // weight rows per warp at a time: each x load serves both
 #ifndef GEMV_NT_UNROLL
 #define GEMV_NT_UNROLL 4  // 16-byte chunks per row per lane in flight (float32 weights)
+#endif
+#ifndef GEMV_NT_UNROLL_M4
+#define GEMV_NT_UNROLL_M4 2  // float32 from 3 tokens on (3 and 4 measured slower at 8 tokens, version 14)
 #endif
 #define GEMV_NT_UNROLL_BF16 2  // bf16: 8 weights per chunk to unpack, so fewer chunks fit the registers
 #ifndef GEMV_NT_MIN_BLOCKS
@@ -239,12 +246,13 @@ struct GemvRaw<true> {
     }
 };
 
-// Rows 0 .. M-1 of x [M, K] into xs [M][K] as LayerNorm(x; g, b), the whole block together:
+// Rows 0 .. M-1 of x [M, K] into xs [M][K] as LayerNorm(x; g, b), the whole block together (up to
+// 4 tokens: the rows' normalizing spread over every warp):
 // x, g and b land in shared memory by cp.async (every copy in flight at once: one round trip),
 // then one warp per row forms its float64 sums, and the block normalizes in place.
 // xs: [M * K + 2 * K] floats of dynamic shared memory (g and b after the rows);
 // stat: __shared__ double [GEMV_MAX_M][2] (mean, 1/std).
-__device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const float* __restrict__ g,
+__device__ __forceinline__ void gemv_ln_rows_block(const float* __restrict__ x, const float* __restrict__ g,
                                              const float* __restrict__ b, float* xs, double* stat, int M, int K,
                                              float eps) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -291,6 +299,49 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
     __syncthreads();
 }
 
+// The same from 5 tokens on, warp w taking rows w, w + 8, ... alone:
+// Each lane copies its 16-byte pieces of the row into shared memory (lane l: pieces l, l + 32, ...;
+// cp.async, all in flight at once, so one round trip) and waits for its own copies; the warp adds
+// the pieces' float64 sums (one pass for the sum and the sum of squares, which float64 keeps exact
+// enough for rows in the thousands), and each lane normalizes the pieces it copied itself, with g
+// and b read through the L1 cache. No block barrier until the rows are done (one, at the end).
+// (Until version 14 the block staged the rows, g and b together, one warp per row formed the sums
+// and the whole block normalized: three barriers and g, b through shared memory, which at 8 tokens
+// cost each LayerNorm GEMV about 3.6 us; at one token the warp path was slower.) xs: [M * K] floats.
+__device__ __forceinline__ void gemv_ln_rows_warp(const float* __restrict__ x, const float* __restrict__ g,
+                                                  const float* __restrict__ b, float* xs, int M, int K, float eps) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, K4 = K >> 2;
+    float4* xs4 = reinterpret_cast<float4*>(xs);
+    for (int m = warp; m < M; m += GEMV_NT_WARPS)
+        for (int k = lane; k < K4; k += 32) cp_async16(xs4 + m * K4 + k, reinterpret_cast<const float4*>(x) + (long long)m * K4 + k, 16);
+    cp_async_commit();
+    cp_async_wait<0>();  // this thread's copies, which only this thread reads
+    for (int m = warp; m < M; m += GEMV_NT_WARPS) {
+        float4* srow = xs4 + m * K4;
+        double s = 0.0, q = 0.0;
+        for (int k = lane; k < K4; k += 32) {
+            const float4 v = srow[k];
+            const double a = v.x, b2 = v.y, c = v.z, d = v.w;
+            s += (a + b2) + (c + d);
+            q += (a * a + b2 * b2) + (c * c + d * d);
+        }
+        s = warp_sum(s);
+        q = warp_sum(q);
+        const double mean = s / K;
+        const double rstd = 1.0 / sqrt(fmax(q / K - mean * mean, 0.0) + (double)eps);
+        for (int k = lane; k < K4; k += 32) {
+            const float4 v = srow[k];
+            const float4 g4 = __ldg(reinterpret_cast<const float4*>(g) + k);
+            const float4 b4 = __ldg(reinterpret_cast<const float4*>(b) + k);
+            srow[k] = make_float4(fmaf((float)((v.x - mean) * rstd), g4.x, b4.x),
+                                  fmaf((float)((v.y - mean) * rstd), g4.y, b4.y),
+                                  fmaf((float)((v.z - mean) * rstd), g4.z, b4.z),
+                                  fmaf((float)((v.w - mean) * rstd), g4.w, b4.w));
+        }
+    }
+    __syncthreads();
+}
+
 // The KV-cache destination of the _kv kernels: output n of row m in [D, 2D) is key n - D of
 // token m, in [2D, 3D) its value; they go to k / v + seq[m] * batch_stride + pos[m] * D as well.
 struct GemvKv {
@@ -302,18 +353,23 @@ struct GemvKv {
     int D;
 };
 
-template <bool BF16, int EPI, bool LN, bool KV>
+template <bool BF16, int EPI, bool LN, bool KV, int MP>
 __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const typename GemvW<BF16>::T* __restrict__ w,
                                              const float* __restrict__ bias, const float* R, float* y,
                                              const float* __restrict__ ln_g, const float* __restrict__ ln_b,
                                              int M, int N, int K, float eps, int wpr, GemvKv kv) {
     constexpr int CPT = GemvW<BF16>::CPT;
     constexpr int STEP = 32 * CPT;  // K covered by one chunk of every lane
-    constexpr int UNROLL = BF16 ? GEMV_NT_UNROLL_BF16 : GEMV_NT_UNROLL;
+    // float32 weights: 2 chunks in flight from 3 tokens on, whose activations take the registers
+    constexpr int UNROLL = BF16 ? GEMV_NT_UNROLL_BF16 : MP >= 4 ? GEMV_NT_UNROLL_M4 : GEMV_NT_UNROLL;
+    // Tokens in blocks of MB (32 registers of activations: 8 float32 pieces, 4 bf16), each block's
+    // loads issued together before its FMAs. Rows past M - 1 repeat row M - 1 (their sums are
+    // formed and never stored), so that no load waits behind a branch on M.
+    constexpr int MB = MP * CPT <= 32 ? MP : 32 / CPT;
     typedef GemvRaw<BF16> Raw;
     extern __shared__ float4 gemv_smem4[];
     float* xs = reinterpret_cast<float*>(gemv_smem4);  // LN: [M][K]
-    __shared__ double ln_stat[GEMV_MAX_M][2];
+    __shared__ double ln_stat[GEMV_MAX_M][2];  // gemv_ln_rows_block's (mean, 1/std)
     __shared__ float red[GEMV_NT_WARPS][32];  // wpr > 1: each warp's sums, lane-indexed
 
     // The block's warps form GEMV_NT_WARPS / wpr groups; group g takes rows n_blk + 2g, + 1, and
@@ -345,7 +401,10 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     set_rows(first + group * GEMV_NT_ROWS);
     load_batch(k_lo + lane * CPT);  // weights only: before the wait
     pdl_wait();
-    if (LN) gemv_ln_rows(x, ln_g, ln_b, xs, &ln_stat[0][0], M, K, eps);  // the whole block
+    if (LN) {  // the whole block
+        if constexpr (MP >= 8) gemv_ln_rows_warp(x, ln_g, ln_b, xs, M, K, eps);
+        else gemv_ln_rows_block(x, ln_g, ln_b, xs, &ln_stat[0][0], M, K, eps);
+    }
 
     for (int n_blk = first; n_blk < N; n_blk += gridDim.x * rows_blk) {  // the same trip count in every warp
         const int n0 = n_blk + group * GEMV_NT_ROWS;
@@ -353,11 +412,11 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             set_rows(n0);
             load_batch(k_lo + lane * CPT);
         }
-        float acc[GEMV_NT_ROWS][GEMV_MAX_M];
+        float acc[GEMV_NT_ROWS][MP];
 #pragma unroll
         for (int r = 0; r < GEMV_NT_ROWS; ++r)
 #pragma unroll
-            for (int m = 0; m < GEMV_MAX_M; ++m) acc[r][m] = 0.0f;
+            for (int m = 0; m < MP; ++m) acc[r][m] = 0.0f;
         for (int k0 = k_lo + lane * CPT;;) {
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
@@ -367,21 +426,28 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
 #pragma unroll
                 for (int r = 0; r < GEMV_NT_ROWS; ++r) unpack16(wv[u][r], wf[r]);
 #pragma unroll
-                for (int m = 0; m < GEMV_MAX_M; ++m) {
-                    if (m >= M) break;
-                    const float* xm = (LN ? xs : x) + (long long)m * K + k;
+                for (int m0 = 0; m0 < MP; m0 += MB) {
+                    float4 q[MB][CPT / 4];
 #pragma unroll
-                    for (int c = 0; c < CPT; c += 4) {
-                        const float4 q = LN ? *reinterpret_cast<const float4*>(xm + c)
-                                            : __ldg(reinterpret_cast<const float4*>(xm + c));
+                    for (int m = 0; m < MB; ++m) {
+                        const float* xm = (LN ? xs : x) + (long long)min(m0 + m, M - 1) * K + k;
 #pragma unroll
-                        for (int r = 0; r < GEMV_NT_ROWS; ++r) {
-                            acc[r][m] = fmaf(q.x, wf[r][c], acc[r][m]);
-                            acc[r][m] = fmaf(q.y, wf[r][c + 1], acc[r][m]);
-                            acc[r][m] = fmaf(q.z, wf[r][c + 2], acc[r][m]);
-                            acc[r][m] = fmaf(q.w, wf[r][c + 3], acc[r][m]);
-                        }
+                        for (int c = 0; c < CPT; c += 4)
+                            q[m][c / 4] = LN ? *reinterpret_cast<const float4*>(xm + c)
+                                             : __ldg(reinterpret_cast<const float4*>(xm + c));
                     }
+#pragma unroll
+                    for (int m = 0; m < MB; ++m)
+#pragma unroll
+                        for (int c = 0; c < CPT; c += 4)
+#pragma unroll
+                            for (int r = 0; r < GEMV_NT_ROWS; ++r) {
+                                float& a = acc[r][m0 + m];
+                                a = fmaf(q[m][c / 4].x, wf[r][c], a);
+                                a = fmaf(q[m][c / 4].y, wf[r][c + 1], a);
+                                a = fmaf(q[m][c / 4].z, wf[r][c + 2], a);
+                                a = fmaf(q[m][c / 4].w, wf[r][c + 3], a);
+                            }
                 }
             }
             k0 += UNROLL * STEP;
@@ -389,16 +455,15 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             load_batch(k0);
         }
 
-        // every lane gets every sum; lane r * GEMV_MAX_M + m holds output (m, n0 + r)
+        // each row's MP sums by halving shuffles (warp_sums): lane l gets token l / LPS's sum of
+        // every row, and keeps row r = l % LPS's (r < GEMV_NT_ROWS <= LPS)
+        constexpr int LPS = 32 / MP;  // lanes per sum
         float mine = 0.0f;
 #pragma unroll
-        for (int r = 0; r < GEMV_NT_ROWS; ++r)
-#pragma unroll
-            for (int m = 0; m < GEMV_MAX_M; ++m) {
-                if (m >= M) break;
-                const float s = warp_sum(acc[r][m]);
-                if (lane == r * GEMV_MAX_M + m) mine = s;
-            }
+        for (int r = 0; r < GEMV_NT_ROWS; ++r) {
+            const float s = warp_sums<MP>(acc[r], lane);
+            if (lane % LPS == r) mine = s;
+        }
         if (wpr > 1) {  // the slices of a group, added in slice order by its first warp
             red[warp][lane] = mine;
             __syncthreads();
@@ -408,7 +473,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             }
             __syncthreads();  // red is reused by the next row group
         }
-        const int r = lane / GEMV_MAX_M, m = lane % GEMV_MAX_M, n = n0 + r;
+        const int r = lane % LPS, m = lane / LPS, n = n0 + r;
         if (slice == 0 && r < GEMV_NT_ROWS && m < M && n < N) {
             const long long idx = (long long)m * N + n;
             const float v = EPI == GEMV_EPI_NONE ? mine : gemv_epi<EPI>(mine, bias, R, idx, n);
@@ -433,25 +498,38 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
         gemv_body<bf16, epi>(x, w, bias, R, y, ws, counters, M, N, K, k_per_split);                            \
     }
 
-#define GEMV_NT_KERNEL(name, bf16, epi, ln)                                                                   \
+// Each nt kernel in four builds by the padded token count MP (1, 2, 4, 8; suffix _m1 .. _m8,
+// for M = 1, 2, 3-4, 5-8): separate kernels, so that each gets its own register allocation.
+#define GEMV_NT_KERNEL_MP(name, bf16, epi, ln, mp)                                                            \
     extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GEMV_NT_MIN_BLOCKS)                         \
-        name(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w, const float* __restrict__ bias, \
-             const float* R, float* y, const float* __restrict__ ln_g, const float* __restrict__ ln_b, int M,    \
-             int N, int K, float eps, int wpr) {                                                               \
-        gemv_nt_body<bf16, epi, ln, false>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, GemvKv{});         \
+        name##_m##mp(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w,                          \
+                     const float* __restrict__ bias, const float* R, float* y, const float* __restrict__ ln_g,   \
+                     const float* __restrict__ ln_b, int M, int N, int K, float eps, int wpr) {                  \
+        gemv_nt_body<bf16, epi, ln, false, mp>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, GemvKv{});     \
     }
+#define GEMV_NT_KERNEL(name, bf16, epi, ln)     \
+    GEMV_NT_KERNEL_MP(name, bf16, epi, ln, 1)   \
+    GEMV_NT_KERNEL_MP(name, bf16, epi, ln, 2)   \
+    GEMV_NT_KERNEL_MP(name, bf16, epi, ln, 4)   \
+    GEMV_NT_KERNEL_MP(name, bf16, epi, ln, 8)
 
 // ln_1 + QKV with the K / V store of the decode step (N = 3D): y as gemv_*_nt_ln_bias, and
 // keys and values into the cache (GemvKv).
-#define GEMV_NT_KV_KERNEL(name, bf16)                                                                         \
+#define GEMV_NT_KV_KERNEL_MP(name, bf16, mp)                                                                  \
     extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GEMV_NT_MIN_BLOCKS)                         \
-        name(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w, const float* __restrict__ bias, \
-             const float* R, float* y, const float* __restrict__ ln_g, const float* __restrict__ ln_b, int M,    \
-             int N, int K, float eps, int wpr, const int* __restrict__ seq, const int* __restrict__ pos,                  \
-             float* __restrict__ k_cache, float* __restrict__ v_cache, long long batch_stride) {                 \
+        name##_m##mp(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w,                          \
+                     const float* __restrict__ bias, const float* R, float* y, const float* __restrict__ ln_g,   \
+                     const float* __restrict__ ln_b, int M, int N, int K, float eps, int wpr,                    \
+                     const int* __restrict__ seq, const int* __restrict__ pos, float* __restrict__ k_cache,      \
+                     float* __restrict__ v_cache, long long batch_stride) {                                      \
         const GemvKv kv{seq, pos, k_cache, v_cache, batch_stride, N / 3};                                     \
-        gemv_nt_body<bf16, GEMV_EPI_BIAS, true, true>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, kv);   \
+        gemv_nt_body<bf16, GEMV_EPI_BIAS, true, true, mp>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, kv); \
     }
+#define GEMV_NT_KV_KERNEL(name, bf16)     \
+    GEMV_NT_KV_KERNEL_MP(name, bf16, 1)   \
+    GEMV_NT_KV_KERNEL_MP(name, bf16, 2)   \
+    GEMV_NT_KV_KERNEL_MP(name, bf16, 4)   \
+    GEMV_NT_KV_KERNEL_MP(name, bf16, 8)
 
 GEMV_KERNEL(gemv_f32_bias, false, GEMV_EPI_BIAS)
 GEMV_KERNEL(gemv_f32_bias_gelu, false, GEMV_EPI_GELU)

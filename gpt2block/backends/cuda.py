@@ -20,8 +20,8 @@ Decode (batch <= 8) can run every block in one persistent kernel, decode_layers_
 the same five steps below as phases, the blocks of the grid meeting at a barrier between them),
 where its activations and weight ring fit one SM's shared memory: fused_decode=True, or "auto"
 (the default), which picks it where it measured faster (fused_auto; docs/PERFORMANCE.md, versions
-4 and 12): from n_embd FUSED_AUTO_MIN_D on, and below it for one token with float32 weights and
-for 5-8 tokens with bf16 weights. Otherwise five kernels per block:
+4, 12 and 14): from n_embd FUSED_AUTO_MIN_D on, and below it for one token with float32 weights.
+Otherwise five kernels per block:
     qkv = LN(x) @ W_qkv + b; K, V -> cache   gemv_*_nt_ln_bias_kv
     a = attention(q, cache)           attention_decode_f32
     x = x + a @ W_attn + b            gemv_*_nt_bias_residual
@@ -58,12 +58,13 @@ FUSED_AUTO_MIN_D = 1600  # fused_decode="auto": gpt2-xl was faster fused at ever
 
 def fused_auto(n_embd: int, precision: str, batch: int) -> bool:
     """fused_decode="auto": whether a decode step of ``batch`` tokens runs decode_layers. Measured
-    on the H200 (docs/PERFORMANCE.md, version 12; gpt2 tok/s fused vs five kernels): float32
-    weights at one token 3,254 vs 3,155, at 8 tokens 13,964 vs 14,084; bf16 at one token 3,543 vs
-    3,755, at 8 tokens (the tensor-core phase, from 5) 15,357 vs 14,566. gpt2-xl: fused throughout."""
+    on the H200 (docs/PERFORMANCE.md, version 14; gpt2 tok/s, 128 steps, fused vs five kernels):
+    float32 weights at one token 3,329 vs 3,215, at 8 tokens 15,084 vs 18,523; bf16 at one token
+    3,648 vs 3,826, at 8 tokens 15,724 vs 16,553 (version 12 had the fused step ahead there, before
+    the GEMVs' token loops lost their branches). gpt2-xl: fused throughout."""
     if n_embd >= FUSED_AUTO_MIN_D:
         return True
-    return batch == 1 if precision != "bf16" else batch >= 5
+    return batch == 1 and precision != "bf16"
 
 
 class BlockWorkspace:

@@ -538,14 +538,20 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     _check_out(out, "out", {"x": x, "w": w, "bias": bias, "ln gain": g, "ln bias": b, **caches}, residual)
 
     name = (f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_nt" + ("_ln" if ln is not None else "")
-            + (f"_{epilogue}" if epilogue else "") + ("_kv" if kv is not None else ""))
+            + (f"_{epilogue}" if epilogue else "") + ("_kv" if kv is not None else "")
+            + f"_m{_gemv_nt_tokens(m)}")
     wpr, grid = gemv_nt_plan(n, k, cpt)
     args = (x, w, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _NULL if g is None else g, _NULL if b is None else b,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps), np.int32(wpr)) + kv_args
-    smem = (m + 2) * k * 4 if ln is not None else 0  # the normalized rows, g and b
+    smem = (m + 2) * k * 4 if ln is not None else 0  # the normalized rows, g and b (up to 4 rows)
     launch(kernel("gemv", name, NT_DEFINES), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args, smem, stream,
            programmatic=True)
+
+
+def _gemv_nt_tokens(m: int) -> int:
+    """The nt kernel build for m rows: its token count padded to 1, 2, 4 or 8 (kernels/gemv.cu)."""
+    return 1 if m == 1 else 2 if m == 2 else 4 if m <= 4 else 8
 
 
 def gemv_nt_plan(n: int, k: int, cpt: int, sms: int | None = None) -> tuple[int, int]:

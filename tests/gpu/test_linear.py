@@ -88,6 +88,10 @@ def _gemv_cases() -> list:
             # narrow outputs: the warps of a block split K (gemv_nt_plan: 8 and 4 per row pair)
             dict(wdtype=wdtype, m=8, k=3072, n=768, nt=True, epilogue="bias_residual"),
             dict(wdtype=wdtype, m=5, k=768, n=768, nt=True, epilogue="bias_residual", inplace=True),
+            # every build of the nt kernels (kernels/gemv.cu: 1, 2, 4, 8 tokens), padded ones included
+            dict(wdtype=wdtype, m=4, k=768, n=2304, nt=True, epilogue="bias", ln=True),
+            dict(wdtype=wdtype, m=6, k=768, n=3072, nt=True, epilogue="bias_gelu", ln=True),
+            dict(wdtype=wdtype, m=7, k=1024, n=1024, nt=True, epilogue="bias_residual"),
         ]
     return cases
 
