@@ -246,6 +246,21 @@ struct GemvRaw<true> {
     }
 };
 
+// A row's sum and sum of squares in float64 over the warp (lane l: pieces l, l + 32, ... of the
+// row's K4 float4 in shared memory); every lane gets both.
+__device__ __forceinline__ void gemv_row_sums(const float4* row, int K4, int lane, double& s, double& q) {
+    s = 0.0;
+    q = 0.0;
+    for (int k = lane; k < K4; k += 32) {
+        const float4 v = row[k];
+        const double a = v.x, b2 = v.y, c = v.z, d = v.w;
+        s += (a + b2) + (c + d);
+        q += (a * a + b2 * b2) + (c * c + d * d);
+    }
+    s = warp_sum(s);
+    q = warp_sum(q);
+}
+
 // Rows 0 .. M-1 of x [M, K] into xs [M][K] as LayerNorm(x; g, b), the whole block together (up to
 // 4 tokens: the rows' normalizing spread over every warp):
 // x, g and b land in shared memory by cp.async (every copy in flight at once: one round trip),
@@ -269,15 +284,8 @@ __device__ __forceinline__ void gemv_ln_rows_block(const float* __restrict__ x, 
     __syncthreads();
     for (int m = warp; m < M; m += GEMV_NT_WARPS) {
         const float4* row = xs4 + m * K4;
-        double s = 0.0, q = 0.0;
-        for (int k = lane; k < K4; k += 32) {
-            const float4 v = row[k];
-            const double a = v.x, b2 = v.y, c = v.z, d = v.w;
-            s += (a + b2) + (c + d);
-            q += (a * a + b2 * b2) + (c * c + d * d);
-        }
-        s = warp_sum(s);
-        q = warp_sum(q);
+        double s, q;
+        gemv_row_sums(row, K4, lane, s, q);
         if (lane == 0) {
             const double mean = s / K;
             stat[2 * m] = mean;
@@ -318,15 +326,8 @@ __device__ __forceinline__ void gemv_ln_rows_warp(const float* __restrict__ x, c
     cp_async_wait<0>();  // this thread's copies, which only this thread reads
     for (int m = warp; m < M; m += GEMV_NT_WARPS) {
         float4* srow = xs4 + m * K4;
-        double s = 0.0, q = 0.0;
-        for (int k = lane; k < K4; k += 32) {
-            const float4 v = srow[k];
-            const double a = v.x, b2 = v.y, c = v.z, d = v.w;
-            s += (a + b2) + (c + d);
-            q += (a * a + b2 * b2) + (c * c + d * d);
-        }
-        s = warp_sum(s);
-        q = warp_sum(q);
+        double s, q;
+        gemv_row_sums(srow, K4, lane, s, q);
         const double mean = s / K;
         const double rstd = 1.0 / sqrt(fmax(q / K - mean * mean, 0.0) + (double)eps);
         for (int k = lane; k < K4; k += 32) {
