@@ -42,7 +42,7 @@
 //   gemv_*_nt*: grid = (G, 1, 1) with 1 <= G (gpt2block: min(ceil(N / 16), 3 per SM)), block =
 //     GEMV_NT_THREADS (256); warp w of block b takes the GEMV_NT_ROWS (2) outputs starting at
 //     2 * (8b + w), then 16 G further, ...; dynamic shared memory (M + 2) * K * 4 bytes for the _ln
-//     kernels (the normalized rows, g and b; above 48 KB needs the opt-in attribute), else 0.
+//     kernels up to 4 tokens, M * K * 4 from 5 (the normalized rows, and g and b up to 4 tokens; above 48 KB needs the opt-in attribute), else 0.
 
 #include "common.cuh"
 #include "mma.cuh"  // cp.async

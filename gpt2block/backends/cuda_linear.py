@@ -537,14 +537,16 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
         kv_args = (seq, pos, k_cache, v_cache, np.int64(batch_stride))
     _check_out(out, "out", {"x": x, "w": w, "bias": bias, "ln gain": g, "ln bias": b, **caches}, residual)
 
+    mp = _gemv_nt_tokens(m)  # the kernel build: 1, 2, 4 or 8 tokens
     name = (f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_nt" + ("_ln" if ln is not None else "")
             + (f"_{epilogue}" if epilogue else "") + ("_kv" if kv is not None else "")
-            + f"_m{_gemv_nt_tokens(m)}")
+            + f"_m{mp}")
     wpr, grid = gemv_nt_plan(n, k, cpt)
     args = (x, w, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _NULL if g is None else g, _NULL if b is None else b,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps), np.int32(wpr)) + kv_args
-    smem = (m + 2) * k * 4 if ln is not None else 0  # the normalized rows, g and b (up to 4 rows)
+    # the normalized rows; up to 4 rows g and b as well (gemv_ln_rows_block; from 5, gemv_ln_rows_warp)
+    smem = (m + (2 if mp <= 4 else 0)) * k * 4 if ln is not None else 0
     launch(kernel("gemv", name, NT_DEFINES), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args, smem, stream,
            programmatic=True)
 
