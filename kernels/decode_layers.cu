@@ -399,39 +399,6 @@ __device__ __forceinline__ void dl_phase_inputs(const DlStep& st, int P, const D
 #endif
 }
 
-// A LayerNorm row's statistics and its normalization. The sums s = sum x and q = sum x^2 are float64 (exact
-// enough for rows in the thousands); inv_n = 1 / n (ln_inv_n) is worked out once, off the critical path.
-// The mean goes on as two floats (hi + lo) and 1/std as a float from rsqrtf refined by one float64
-// Newton step: the normalization is then float32 alone, x - hi exact where x is near the mean,
-// and within about an ulp of the float64 formula elsewhere.
-struct LnRow {
-    float mean_hi, mean_lo, rstd;
-};
-
-// 1 / n in float64 without a division: the float reciprocal and one Newton step (error ~1e-15).
-__device__ __forceinline__ double ln_inv_n(int n) {
-    const double r = 1.0f / (float)n;
-    return r * (2.0 - (double)n * r);
-}
-
-__device__ __forceinline__ LnRow ln_row_stats(double s, double q, double inv_n, float eps) {
-    const double mean = s * inv_n, var = fmax(q * inv_n - mean * mean, 0.0) + (double)eps;
-    double r = rsqrtf((float)var);
-    r = r * (1.5 - 0.5 * var * r * r);
-    LnRow st;
-    st.mean_hi = (float)mean;
-    st.mean_lo = (float)(mean - (double)st.mean_hi);
-    st.rstd = (float)r;
-    return st;
-}
-
-__device__ __forceinline__ float4 ln_apply4(const float4& v, const LnRow& st, const float4& g, const float4& b) {
-    return make_float4(fmaf(((v.x - st.mean_hi) - st.mean_lo) * st.rstd, g.x, b.x),
-                       fmaf(((v.y - st.mean_hi) - st.mean_lo) * st.rstd, g.y, b.y),
-                       fmaf(((v.z - st.mean_hi) - st.mean_lo) * st.rstd, g.z, b.z),
-                       fmaf(((v.w - st.mean_hi) - st.mean_lo) * st.rstd, g.w, b.w));
-}
-
 // act [M][D] <- LayerNorm(act; ln_g, ln_b) in place. Warp m forms row m's float64 sums (the
 // lanes' sums meet by shuffles in a fixed order) and its statistics (ln_row_stats);
 // then the block normalizes in float32 (ln_apply4). inv_d = 1 / D.

@@ -39,10 +39,12 @@
 //     Split-K reduction: each block of a column strip writes its partial sums to ws; the last to
 //     finish (counted on counters[blockIdx.x]) adds the strip's partials in split order 0, 1, ...
 //     and applies the epilogue. The order is fixed, so results repeat bit for bit.
-//   gemv_*_nt*: grid = (G, 1, 1) with 1 <= G (gpt2block: min(ceil(N / 16), 3 per SM)), block =
-//     GEMV_NT_THREADS (256); warp w of block b takes the GEMV_NT_ROWS (2) outputs starting at
-//     2 * (8b + w), then 16 G further, ...; dynamic shared memory (M + 2) * K * 4 bytes for the _ln
-//     kernels up to 4 tokens, M * K * 4 from 5 (the normalized rows, and g and b up to 4 tokens; above 48 KB needs the opt-in attribute), else 0.
+//   gemv_*_nt*: grid = (G, 1, 1) with 1 <= G (gpt2block: min(ceil(N / 8R), resident blocks)), block =
+//     GEMV_NT_THREADS (256); warp w of block b takes the R outputs starting at R * (8b + w), then
+//     8R G further, ..., with R = GemvNt<>::ROWS of the build (2; 4 at 8 tokens for bf16 weights and
+//     for the float32 LM head, gemv_f32_nt_ln_m8, whose registers allow 2 blocks per SM, not 3);
+//     dynamic shared memory (M + 2) * K * 4 bytes for the _ln kernels (the normalized rows, then g
+//     and b; above 48 KB needs the opt-in attribute), else 0.
 
 #include "common.cuh"
 #include "mma.cuh"  // cp.async
@@ -80,12 +82,18 @@ struct GemvW<true> {
     }
 };
 
+// The epilogue on values already loaded: acc + bias, then GELU or + the residual r.
+template <int EPI>
+__device__ __forceinline__ float gemv_epi_apply(float acc, float bias, float r) {
+    float v = acc + bias;
+    if (EPI == GEMV_EPI_GELU) v = gelu_tanh(v);
+    if (EPI == GEMV_EPI_RESIDUAL) v += r;
+    return v;
+}
+
 template <int EPI>
 __device__ __forceinline__ float gemv_epi(float acc, const float* bias, const float* R, long long idx, int col) {
-    float v = acc + __ldg(bias + col);
-    if (EPI == GEMV_EPI_GELU) v = gelu_tanh(v);
-    if (EPI == GEMV_EPI_RESIDUAL) v += R[idx];
-    return v;
+    return gemv_epi_apply<EPI>(acc, __ldg(bias + col), EPI == GEMV_EPI_RESIDUAL ? R[idx] : 0.0f);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -216,16 +224,36 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 #define GEMV_NT_THREADS 256
 #define GEMV_NT_WARPS (GEMV_NT_THREADS / 32)
 #define GEMV_NT_ROWS 2    // weight rows per warp at a time: each x load serves both
+#ifndef GEMV_NT_ROWS_M8_F32
+#define GEMV_NT_ROWS_M8_F32 2  // the same at 8 tokens, float32 weights
+#endif
+#ifndef GEMV_NT_ROWS_M8_LM
+#define GEMV_NT_ROWS_M8_LM 4  // the same for the float32 LM head (gemv_f32_nt_ln)
+#endif
+#ifndef GEMV_NT_ROWS_M8_BF16
+#define GEMV_NT_ROWS_M8_BF16 4  // the same for bf16 weights
+#endif
 #ifndef GEMV_NT_UNROLL
 #define GEMV_NT_UNROLL 4  // 16-byte chunks per row per lane in flight (float32 weights)
 #endif
 #ifndef GEMV_NT_UNROLL_M4
 #define GEMV_NT_UNROLL_M4 2  // float32 from 3 tokens on (3 and 4 measured slower at 8 tokens, version 14)
 #endif
+#ifndef GEMV_NT_UNROLL_BF16
 #define GEMV_NT_UNROLL_BF16 2  // bf16: 8 weights per chunk to unpack, so fewer chunks fit the registers
+#endif
 #ifndef GEMV_NT_MIN_BLOCKS
 #define GEMV_NT_MIN_BLOCKS 3  // resident blocks per SM the registers must allow (24 warps)
 #endif
+
+// Per build (MP tokens; bf16 weights or not; LM: the LM head, gemv_*_nt_ln): weight rows per warp
+// at a time, and the resident blocks per SM its registers must allow (2 at 4 rows).
+template <int MP, bool BF16, bool LM>
+struct GemvNt {
+    static constexpr int ROWS = MP < 8 ? GEMV_NT_ROWS : BF16 ? GEMV_NT_ROWS_M8_BF16 : LM ? GEMV_NT_ROWS_M8_LM
+                                                                                        : GEMV_NT_ROWS_M8_F32;
+    static constexpr int MIN_BLOCKS = ROWS >= 4 ? 2 : GEMV_NT_MIN_BLOCKS;
+};
 
 template <bool BF16>
 struct GemvRaw;  // 16 raw bytes of weights, loaded with a volatile asm so that the load is
@@ -308,37 +336,47 @@ __device__ __forceinline__ void gemv_ln_rows_block(const float* __restrict__ x, 
 }
 
 // The same from 5 tokens on, warp w taking rows w, w + 8, ... alone:
-// Each lane copies its 16-byte pieces of the row into shared memory (lane l: pieces l, l + 32, ...;
-// cp.async, all in flight at once, so one round trip) and waits for its own copies; the warp adds
-// the pieces' float64 sums (one pass for the sum and the sum of squares, which float64 keeps exact
-// enough for rows in the thousands), and each lane normalizes the pieces it copied itself, with g
-// and b read through the L1 cache. No block barrier until the rows are done (one, at the end).
-// (Until version 14 the block staged the rows, g and b together, one warp per row formed the sums
-// and the whole block normalized: three barriers and g, b through shared memory, which at 8 tokens
-// cost each LayerNorm GEMV about 3.6 us; at one token the warp path was slower.) xs: [M * K] floats.
-__device__ __forceinline__ void gemv_ln_rows_warp(const float* __restrict__ x, const float* __restrict__ g,
-                                                  const float* __restrict__ b, float* xs, int M, int K, float eps) {
+// g and b are staged in shared memory before pdl_wait (gemv_ln_stage_gb: they are weights, so their
+// round trip overlaps the kernel before). Each lane copies its 16-byte pieces of the row into shared
+// memory (lane l: pieces l, l + 32, ...; cp.async, all in flight at once, so one round trip) and
+// waits for its own copies; the warp adds the pieces' float64 sums (one pass for the sum and the sum
+// of squares, which float64 keeps exact enough for rows in the thousands), and each lane normalizes
+// the pieces it copied itself in float32 (ln_row_stats, ln_apply4: the mean as hi + lo, no float64
+// division or conversion per element). Two block barriers: g and b landed, and the rows done.
+// (Until version 14 the block staged the rows, g and b together after pdl_wait, one warp per row
+// formed the sums and the whole block normalized: three barriers, which at 8 tokens cost each
+// LayerNorm GEMV about 3.6 us; at one token the warp path was slower. Version 15: the float32
+// normalization made 8 tokens 3.5% faster, but gemv_ln_rows_block 5-8% slower at 1 to 4 tokens, as
+// in version 10, so that path keeps float64; a float32 two-pass sum, the mean first and float64
+// only per piece, was 1.4% slower than the float64 sums here.)
+// xs: [M * K] floats, gbs: [2 * K] floats (g, then b).
+__device__ __forceinline__ void gemv_ln_stage_gb(const float* __restrict__ g, const float* __restrict__ b, float* gbs,
+                                                 int K) {
+    const int K4 = K >> 2;
+    float4* gbs4 = reinterpret_cast<float4*>(gbs);
+    for (int i = threadIdx.x; i < 2 * K4; i += GEMV_NT_THREADS)
+        cp_async16(gbs4 + i, i < K4 ? reinterpret_cast<const float4*>(g) + i : reinterpret_cast<const float4*>(b) + (i - K4), 16);
+    cp_async_commit();
+}
+
+__device__ __forceinline__ void gemv_ln_rows_warp(const float* __restrict__ x, const float* gbs, float* xs, int M, int K,
+                                                  float eps) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, K4 = K >> 2;
+    const double inv_k = ln_inv_n(K);
     float4* xs4 = reinterpret_cast<float4*>(xs);
+    const float4* gs4 = reinterpret_cast<const float4*>(gbs);
+    const float4* bs4 = gs4 + K4;
     for (int m = warp; m < M; m += GEMV_NT_WARPS)
         for (int k = lane; k < K4; k += 32) cp_async16(xs4 + m * K4 + k, reinterpret_cast<const float4*>(x) + (long long)m * K4 + k, 16);
     cp_async_commit();
-    cp_async_wait<0>();  // this thread's copies, which only this thread reads
+    cp_async_wait<0>();  // this thread's copies: its row pieces and its share of g and b
+    __syncthreads();     // everyone's share of g and b
     for (int m = warp; m < M; m += GEMV_NT_WARPS) {
         float4* srow = xs4 + m * K4;
         double s, q;
         gemv_row_sums(srow, K4, lane, s, q);
-        const double mean = s / K;
-        const double rstd = 1.0 / sqrt(fmax(q / K - mean * mean, 0.0) + (double)eps);
-        for (int k = lane; k < K4; k += 32) {
-            const float4 v = srow[k];
-            const float4 g4 = __ldg(reinterpret_cast<const float4*>(g) + k);
-            const float4 b4 = __ldg(reinterpret_cast<const float4*>(b) + k);
-            srow[k] = make_float4(fmaf((float)((v.x - mean) * rstd), g4.x, b4.x),
-                                  fmaf((float)((v.y - mean) * rstd), g4.y, b4.y),
-                                  fmaf((float)((v.z - mean) * rstd), g4.z, b4.z),
-                                  fmaf((float)((v.w - mean) * rstd), g4.w, b4.w));
-        }
+        const LnRow st = ln_row_stats(s, q, inv_k, eps);
+        for (int k = lane; k < K4; k += 32) srow[k] = ln_apply4(srow[k], st, gs4[k], bs4[k]);
     }
     __syncthreads();
 }
@@ -360,6 +398,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
                                              const float* __restrict__ ln_g, const float* __restrict__ ln_b,
                                              int M, int N, int K, float eps, int wpr, GemvKv kv) {
     constexpr int CPT = GemvW<BF16>::CPT;
+    constexpr int ROWS = GemvNt<MP, BF16, LN && EPI == GEMV_EPI_NONE>::ROWS;  // weight rows per warp at a time
     constexpr int STEP = 32 * CPT;  // K covered by one chunk of every lane
     // float32 weights: 2 chunks in flight from 3 tokens on, whose activations take the registers
     constexpr int UNROLL = BF16 ? GEMV_NT_UNROLL_BF16 : MP >= 4 ? GEMV_NT_UNROLL_M4 : GEMV_NT_UNROLL;
@@ -373,49 +412,71 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     __shared__ double ln_stat[GEMV_MAX_M][2];  // gemv_ln_rows_block's (mean, 1/std)
     __shared__ float red[GEMV_NT_WARPS][32];  // wpr > 1: each warp's sums, lane-indexed
 
-    // The block's warps form GEMV_NT_WARPS / wpr groups; group g takes rows n_blk + 2g, + 1, and
+    // The block's warps form GEMV_NT_WARPS / wpr groups; group g takes rows n_blk + ROWS g .. + ROWS - 1, and
     // its wpr warps split K into slices of k_span (whole chunks), added in slice order.
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int group = warp / wpr, slice = warp - group * wpr;
-    const int rows_blk = (GEMV_NT_WARPS / wpr) * GEMV_NT_ROWS;
+    const int rows_blk = (GEMV_NT_WARPS / wpr) * ROWS;
     const int k_span = (((K + wpr - 1) / wpr + CPT - 1) / CPT) * CPT;
     const int k_lo = slice * k_span, k_hi = min(K, k_lo + k_span);
-    typename Raw::T wv[UNROLL][GEMV_NT_ROWS];
-    const typename GemvW<BF16>::T* wrow[GEMV_NT_ROWS];
+    typename Raw::T wv[UNROLL][ROWS];
+    const typename GemvW<BF16>::T* wrow[ROWS];
     auto load_batch = [&](int k0) {
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             const int k = k0 + u * STEP;
             if (k < k_hi) {
 #pragma unroll
-                for (int r = 0; r < GEMV_NT_ROWS; ++r) wv[u][r] = Raw::load(wrow[r] + k);
+                for (int r = 0; r < ROWS; ++r) wv[u][r] = Raw::load(wrow[r] + k);
             }
         }
     };
     auto set_rows = [&](int n0) {
 #pragma unroll
-        for (int r = 0; r < GEMV_NT_ROWS; ++r) wrow[r] = w + (long long)min(n0 + r, N - 1) * K;  // >= N: unused
+        for (int r = 0; r < ROWS; ++r) wrow[r] = w + (long long)min(n0 + r, N - 1) * K;  // >= N: unused
+    };
+
+    // This lane's output in a row group: row n0 + e_r, token e_m (each row's MP sums land on lanes
+    // by warp_sums, below). Its epilogue's inputs are loaded before the arithmetic, so that no round
+    // trip is left at the end: the bias before pdl_wait (a weight), the residual and the KV cache
+    // slot after it (written by the kernels before).
+    constexpr int LPS = 32 / MP;  // lanes per sum
+    const int e_r = lane % LPS, e_m = lane / LPS;
+    float e_bias = 0.0f, e_res = 0.0f;
+    auto epi_bias = [&](int n0) {
+        if (EPI != GEMV_EPI_NONE && e_r < ROWS && n0 + e_r < N) e_bias = __ldg(bias + n0 + e_r);
+    };
+    auto epi_res = [&](int n0) {
+        if (EPI == GEMV_EPI_RESIDUAL && slice == 0 && e_r < ROWS && e_m < M && n0 + e_r < N)
+            e_res = R[(long long)e_m * N + n0 + e_r];
     };
 
     pdl_trigger();
     const int first = blockIdx.x * rows_blk;
-    set_rows(first + group * GEMV_NT_ROWS);
+    set_rows(first + group * ROWS);
     load_batch(k_lo + lane * CPT);  // weights only: before the wait
+    epi_bias(first + group * ROWS);
+    if (LN && MP >= 8) gemv_ln_stage_gb(ln_g, ln_b, xs + M * K, K);
     pdl_wait();
+    epi_res(first + group * ROWS);
+    long long e_kv = 0;  // KV: token e_m's cache row and position, as an offset
+    if (KV && e_m < M) e_kv = kv.seq[e_m] * kv.batch_stride + (long long)kv.pos[e_m] * kv.D;
     if (LN) {  // the whole block
-        if constexpr (MP >= 8) gemv_ln_rows_warp(x, ln_g, ln_b, xs, M, K, eps);
+        if constexpr (MP >= 8) gemv_ln_rows_warp(x, xs + M * K, xs, M, K, eps);
         else gemv_ln_rows_block(x, ln_g, ln_b, xs, &ln_stat[0][0], M, K, eps);
     }
 
     for (int n_blk = first; n_blk < N; n_blk += gridDim.x * rows_blk) {  // the same trip count in every warp
-        const int n0 = n_blk + group * GEMV_NT_ROWS;
+        const int n0 = n_blk + group * ROWS;
         if (n_blk != first) {
             set_rows(n0);
             load_batch(k_lo + lane * CPT);
+            epi_bias(n0);
+            epi_res(n0);
         }
-        float acc[GEMV_NT_ROWS][MP];
+        float acc[ROWS][MP];
 #pragma unroll
-        for (int r = 0; r < GEMV_NT_ROWS; ++r)
+        for (int r = 0; r < ROWS; ++r)
 #pragma unroll
             for (int m = 0; m < MP; ++m) acc[r][m] = 0.0f;
         for (int k0 = k_lo + lane * CPT;;) {
@@ -423,9 +484,9 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             for (int u = 0; u < UNROLL; ++u) {
                 const int k = k0 + u * STEP;
                 if (k >= k_hi) break;
-                float wf[GEMV_NT_ROWS][CPT];
+                float wf[ROWS][CPT];
 #pragma unroll
-                for (int r = 0; r < GEMV_NT_ROWS; ++r) unpack16(wv[u][r], wf[r]);
+                for (int r = 0; r < ROWS; ++r) unpack16(wv[u][r], wf[r]);
 #pragma unroll
                 for (int m0 = 0; m0 < MP; m0 += MB) {
                     float4 q[MB][CPT / 4];
@@ -442,7 +503,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
 #pragma unroll
                         for (int c = 0; c < CPT; c += 4)
 #pragma unroll
-                            for (int r = 0; r < GEMV_NT_ROWS; ++r) {
+                            for (int r = 0; r < ROWS; ++r) {
                                 float& a = acc[r][m0 + m];
                                 a = fmaf(q[m][c / 4].x, wf[r][c], a);
                                 a = fmaf(q[m][c / 4].y, wf[r][c + 1], a);
@@ -457,11 +518,10 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
         }
 
         // each row's MP sums by halving shuffles (warp_sums): lane l gets token l / LPS's sum of
-        // every row, and keeps row r = l % LPS's (r < GEMV_NT_ROWS <= LPS)
-        constexpr int LPS = 32 / MP;  // lanes per sum
+        // every row, and keeps row r = l % LPS's (r < ROWS <= LPS)
         float mine = 0.0f;
 #pragma unroll
-        for (int r = 0; r < GEMV_NT_ROWS; ++r) {
+        for (int r = 0; r < ROWS; ++r) {
             const float s = warp_sums<MP>(acc[r], lane);
             if (lane % LPS == r) mine = s;
         }
@@ -474,15 +534,14 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             }
             __syncthreads();  // red is reused by the next row group
         }
-        const int r = lane % LPS, m = lane / LPS, n = n0 + r;
-        if (slice == 0 && r < GEMV_NT_ROWS && m < M && n < N) {
-            const long long idx = (long long)m * N + n;
-            const float v = EPI == GEMV_EPI_NONE ? mine : gemv_epi<EPI>(mine, bias, R, idx, n);
-            y[idx] = v;
+        const int n = n0 + e_r;
+        if (slice == 0 && e_r < ROWS && e_m < M && n < N) {
+            const float v = EPI == GEMV_EPI_NONE ? mine : gemv_epi_apply<EPI>(mine, e_bias, e_res);
+            y[(long long)e_m * N + n] = v;
             if (KV && n >= kv.D) {
                 const int part = n >= 2 * kv.D;  // 0: key, 1: value
                 float* dst = part ? kv.v : kv.k;
-                dst[kv.seq[m] * kv.batch_stride + (long long)kv.pos[m] * kv.D + (n - kv.D - part * kv.D)] = v;
+                dst[e_kv + (n - kv.D - part * kv.D)] = v;
             }
         }
     }
@@ -502,7 +561,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
 // Each nt kernel in four builds by the padded token count MP (1, 2, 4, 8; suffix _m1 .. _m8,
 // for M = 1, 2, 3-4, 5-8): separate kernels, so that each gets its own register allocation.
 #define GEMV_NT_KERNEL_MP(name, bf16, epi, ln, mp)                                                            \
-    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GEMV_NT_MIN_BLOCKS)                         \
+    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GemvNt<mp, bf16, ln && epi == GEMV_EPI_NONE>::MIN_BLOCKS) \
         name##_m##mp(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w,                          \
                      const float* __restrict__ bias, const float* R, float* y, const float* __restrict__ ln_g,   \
                      const float* __restrict__ ln_b, int M, int N, int K, float eps, int wpr) {                  \
@@ -517,7 +576,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
 // ln_1 + QKV with the K / V store of the decode step (N = 3D): y as gemv_*_nt_ln_bias, and
 // keys and values into the cache (GemvKv).
 #define GEMV_NT_KV_KERNEL_MP(name, bf16, mp)                                                                  \
-    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GEMV_NT_MIN_BLOCKS)                         \
+    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GemvNt<mp, bf16, false>::MIN_BLOCKS)        \
         name##_m##mp(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w,                          \
                      const float* __restrict__ bias, const float* R, float* y, const float* __restrict__ ln_g,   \
                      const float* __restrict__ ln_b, int M, int N, int K, float eps, int wpr,                    \

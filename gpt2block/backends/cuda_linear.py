@@ -388,8 +388,12 @@ def gemm_nt(a, b, out, *, variant="tf32x3", stream=None, tile=None):
 # GEMV.
 
 _GEMV_THREADS, _GEMV_RPP, _GEMV_UNROLL, _GEMV_TPR = 256, 32, 4, 8  # as in kernels/gemv.cu
-_GEMV_NT_THREADS, _GEMV_NT_ROWS = 256, 2  # GEMV_NT_THREADS; GEMV_NT_ROWS: outputs per warp at a time
-_GEMV_NT_BLOCKS_PER_SM = 3  # GEMV_NT_MIN_BLOCKS (the registers allow 3); more rows loop in a warp
+_GEMV_NT_THREADS = 256  # GEMV_NT_THREADS
+# GemvNt in kernels/gemv.cu: the outputs per warp at a time (GEMV_NT_ROWS; at 8 tokens by weight type,
+# the LM head apart) and the resident blocks per SM that the registers allow (3, or 2 at 4 rows);
+# more rows loop in a warp
+_GEMV_NT_ROWS = {"GEMV_NT_ROWS": 2, "GEMV_NT_ROWS_M8_F32": 2, "GEMV_NT_ROWS_M8_LM": 4, "GEMV_NT_ROWS_M8_BF16": 4}
+_GEMV_NT_BLOCKS_PER_SM = 3  # GEMV_NT_MIN_BLOCKS
 NT_DEFINES: tuple = ()  # extra #defines of the nt kernels (tuning runs: GEMV_NT_UNROLL, GEMV_NT_MIN_BLOCKS)
 _GEMV_BLOCKS_PER_SM = 4  # split-K target: about this many blocks per SM
 _workspaces: dict = {}
@@ -541,12 +545,12 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     name = (f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_nt" + ("_ln" if ln is not None else "")
             + (f"_{epilogue}" if epilogue else "") + ("_kv" if kv is not None else "")
             + f"_m{mp}")
-    wpr, grid = gemv_nt_plan(n, k, cpt)
+    wpr, grid = gemv_nt_plan(n, k, cpt, mp, w.dtype != np.float32, ln is not None and epilogue is None)
     args = (x, w, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _NULL if g is None else g, _NULL if b is None else b,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps), np.int32(wpr)) + kv_args
-    # the normalized rows; up to 4 rows g and b as well (gemv_ln_rows_block; from 5, gemv_ln_rows_warp)
-    smem = (m + (2 if mp <= 4 else 0)) * k * 4 if ln is not None else 0
+    # the normalized rows, then g and b (gemv_ln_rows_block up to 4 tokens, gemv_ln_rows_warp from 5)
+    smem = (m + 2) * k * 4 if ln is not None else 0
     launch(kernel("gemv", name, NT_DEFINES), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args, smem, stream,
            programmatic=True)
 
@@ -556,18 +560,29 @@ def _gemv_nt_tokens(m: int) -> int:
     return 1 if m == 1 else 2 if m == 2 else 4 if m <= 4 else 8
 
 
-def gemv_nt_plan(n: int, k: int, cpt: int, sms: int | None = None) -> tuple[int, int]:
-    """(wpr, grid) of an nt GEMV: the warps per row pair (they split K) and the blocks.
-    The fewest warps per row pair that still give every SM two blocks, while each warp keeps
-    at least one 16-byte chunk per lane of K; blocks beyond what stays resident loop."""
+def _gemv_nt_build(mp: int, bf16: bool, lm_head: bool) -> tuple[int, int]:
+    """(rows per warp, resident blocks per SM) of an nt kernel build (GemvNt), tuning defines included."""
+    d = {**_GEMV_NT_ROWS, **dict(NT_DEFINES)}
+    key = ("GEMV_NT_ROWS" if mp < 8 else "GEMV_NT_ROWS_M8_BF16" if bf16 else "GEMV_NT_ROWS_M8_LM" if lm_head
+           else "GEMV_NT_ROWS_M8_F32")
+    rows = d[key]
+    return rows, 2 if rows >= 4 else d.get("GEMV_NT_MIN_BLOCKS", _GEMV_NT_BLOCKS_PER_SM)
+
+
+def gemv_nt_plan(n: int, k: int, cpt: int, mp: int = 1, bf16: bool = False, lm_head: bool = False,
+                 sms: int | None = None) -> tuple[int, int]:
+    """(wpr, grid) of an nt GEMV build (mp tokens, bf16 weights or not, the LM head's or not): the
+    warps per row group (they split K) and the blocks. The fewest warps per row group that still
+    give every SM two blocks, while each warp keeps at least one 16-byte chunk per lane of K;
+    blocks beyond what stays resident loop."""
     sms = sm_count() if sms is None else sms
+    rows, per_sm = _gemv_nt_build(mp, bf16, lm_head)
     warps = _GEMV_NT_THREADS // 32
     wpr = 1
-    while (wpr < warps and -(-n // (_GEMV_NT_ROWS * warps // wpr)) < 2 * sms
+    while (wpr < warps and -(-n // (rows * warps // wpr)) < 2 * sms
            and k // (2 * wpr) >= 32 * cpt):
         wpr *= 2
-    blocks = -(-n // (_GEMV_NT_ROWS * warps // wpr))
-    per_sm = dict(NT_DEFINES).get("GEMV_NT_MIN_BLOCKS", _GEMV_NT_BLOCKS_PER_SM)
+    blocks = -(-n // (rows * warps // wpr))
     return wpr, min(blocks, per_sm * sms)
 
 

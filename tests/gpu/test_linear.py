@@ -92,6 +92,10 @@ def _gemv_cases() -> list:
             dict(wdtype=wdtype, m=4, k=768, n=2304, nt=True, epilogue="bias", ln=True),
             dict(wdtype=wdtype, m=6, k=768, n=3072, nt=True, epilogue="bias_gelu", ln=True),
             dict(wdtype=wdtype, m=7, k=1024, n=1024, nt=True, epilogue="bias_residual"),
+            # 4 rows per warp at 8 tokens (bf16, and the float32 LM head): N not a multiple of a block's rows
+            dict(wdtype=wdtype, m=5, k=768, n=50257, nt=True, epilogue=None, ln=True),
+            dict(wdtype=wdtype, m=7, k=104, n=37, nt=True, epilogue=None, ln=True),
+            dict(wdtype=wdtype, m=6, k=200, n=101, nt=True, epilogue="bias_gelu"),
         ]
     return cases
 
