@@ -29,7 +29,8 @@
 //                                  (const int* seq, const int* pos, float* k_cache, float* v_cache,
 //                                  long long batch_stride): see GemvKv.
 //     The nt kernels take part in programmatic dependent launch (common.cuh): they touch only
-//     their weights before pdl_wait().
+//     their weights (w, bias, ln_g, ln_b) before pdl_wait(), so those must not be written by the
+//     kernel just before.
 //
 // Launch recipe:
 //   gemv_*_{bias,bias_gelu,bias_residual}: 256 threads per block, no dynamic shared memory,
@@ -207,7 +208,7 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 // ---------------------------------------------------------------------------------------------
 // nt: y[M, N] = epi(x'[M, K] @ w[N, K]^T (+ bias)), w holding W transposed (each output reads one
 // contiguous weight row: the decode layout, and the tied LM head over wte).
-// Each warp owns GEMV_NT_ROWS (2) weight rows at a time, its lanes striding along K in 16-byte
+// Each warp owns GemvNt<>::ROWS (2 or 4) weight rows at a time, its lanes striding along K in 16-byte
 // chunks (lane l takes chunks l, l + 32, ...), GEMV_NT_UNROLL (bf16: _BF16; float32 from 3 tokens on:
 // _M4) chunks per row in flight; each row's token sums meet by halving shuffles (warp_sums), no
 // barrier. Every kernel is built for MP = 1, 2, 4 and 8 tokens (suffix _m1 .. _m8; the wrapper takes
@@ -216,10 +217,9 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 // (the LM head has thousands; the per-layer matrices one or two per warp). Many small warps
 // keep the loads in flight (bandwidth by occupancy, not by registers per thread).
 // LN: x' = LayerNorm(x; ln_g, ln_b) of each row, staged in shared memory [M][K] by every block
-// (gemv_ln_rows_block up to 4 tokens, gemv_ln_rows_warp from 5); otherwise x' = x read through
-// the L1 cache.
-// Programmatic dependent launch (common.cuh): the first batch of weights is loaded before
-// pdl_wait(); x, R and y are touched after it.
+// (gemv_ln_rows); otherwise x' = x read through the L1 cache.
+// Programmatic dependent launch (common.cuh): the first batch of weights, the epilogue's bias and
+// LayerNorm's g and b are loaded before pdl_wait(); x, R, the KV slots and y are touched after it.
 
 #define GEMV_NT_THREADS 256
 #define GEMV_NT_WARPS (GEMV_NT_THREADS / 32)
@@ -289,53 +289,7 @@ __device__ __forceinline__ void gemv_row_sums(const float4* row, int K4, int lan
     q = warp_sum(q);
 }
 
-// Rows 0 .. M-1 of x [M, K] into xs [M][K] as LayerNorm(x; g, b), the whole block together (up to
-// 4 tokens: the rows' normalizing spread over every warp):
-// x, g and b land in shared memory by cp.async (every copy in flight at once: one round trip),
-// then one warp per row forms its float64 sums, and the block normalizes in place.
-// xs: [M * K + 2 * K] floats of dynamic shared memory (g and b after the rows);
-// stat: __shared__ double [GEMV_MAX_M][2] (mean, 1/std).
-__device__ __forceinline__ void gemv_ln_rows_block(const float* __restrict__ x, const float* __restrict__ g,
-                                             const float* __restrict__ b, float* xs, double* stat, int M, int K,
-                                             float eps) {
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int K4 = K >> 2, n4 = M * K4;
-    float4* xs4 = reinterpret_cast<float4*>(xs);
-    for (int i = tid; i < n4 + 2 * K4; i += GEMV_NT_THREADS) {
-        const float4* src = i < n4 ? reinterpret_cast<const float4*>(x) + i
-                          : i < n4 + K4 ? reinterpret_cast<const float4*>(g) + (i - n4)
-                                        : reinterpret_cast<const float4*>(b) + (i - n4 - K4);
-        cp_async16(xs4 + i, src, 16);
-    }
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-    for (int m = warp; m < M; m += GEMV_NT_WARPS) {
-        const float4* row = xs4 + m * K4;
-        double s, q;
-        gemv_row_sums(row, K4, lane, s, q);
-        if (lane == 0) {
-            const double mean = s / K;
-            stat[2 * m] = mean;
-            stat[2 * m + 1] = 1.0 / sqrt(fmax(q / K - mean * mean, 0.0) + (double)eps);
-        }
-    }
-    __syncthreads();
-    const float4* gs4 = xs4 + n4;
-    const float4* bs4 = gs4 + K4;
-    for (int i = tid; i < n4; i += GEMV_NT_THREADS) {
-        const int m = i / K4, k = i - m * K4;
-        const double mean = stat[2 * m], rstd = stat[2 * m + 1];
-        const float4 v = xs4[i], g4 = gs4[k], b4 = bs4[k];
-        xs4[i] = make_float4(fmaf((float)((v.x - mean) * rstd), g4.x, b4.x),
-                             fmaf((float)((v.y - mean) * rstd), g4.y, b4.y),
-                             fmaf((float)((v.z - mean) * rstd), g4.z, b4.z),
-                             fmaf((float)((v.w - mean) * rstd), g4.w, b4.w));
-    }
-    __syncthreads();
-}
-
-// The same from 5 tokens on, warp w taking rows w, w + 8, ... alone:
+// Rows 0 .. M-1 of x [M, K] into xs [M][K] as LayerNorm(x; g, b), warp w taking rows w, w + 8, ...:
 // g and b are staged in shared memory before pdl_wait (gemv_ln_stage_gb: they are weights, so their
 // round trip overlaps the kernel before). Each lane copies its 16-byte pieces of the row into shared
 // memory (lane l: pieces l, l + 32, ...; cp.async, all in flight at once, so one round trip) and
@@ -343,12 +297,10 @@ __device__ __forceinline__ void gemv_ln_rows_block(const float* __restrict__ x, 
 // of squares, which float64 keeps exact enough for rows in the thousands), and each lane normalizes
 // the pieces it copied itself in float32 (ln_row_stats, ln_apply4: the mean as hi + lo, no float64
 // division or conversion per element). Two block barriers: g and b landed, and the rows done.
-// (Until version 14 the block staged the rows, g and b together after pdl_wait, one warp per row
-// formed the sums and the whole block normalized: three barriers, which at 8 tokens cost each
-// LayerNorm GEMV about 3.6 us; at one token the warp path was slower. Version 15: the float32
-// normalization made 8 tokens 3.5% faster, but gemv_ln_rows_block 5-8% slower at 1 to 4 tokens, as
-// in version 10, so that path keeps float64; a float32 two-pass sum, the mean first and float64
-// only per piece, was 1.4% slower than the float64 sums here.)
+// (Version 15; measured on gpt2 decode against the block-wide path it replaced, which staged x, g and
+// b after pdl_wait, formed the sums one warp per row and normalized in float64 with the whole block:
+// +7% at 1 token, +12% at 4, and at 8 tokens the float32 normalization alone +3.5%. A float32
+// two-pass sum, the mean first and float64 only per piece, was 1.4% slower than the float64 sums.)
 // xs: [M * K] floats, gbs: [2 * K] floats (g, then b).
 __device__ __forceinline__ void gemv_ln_stage_gb(const float* __restrict__ g, const float* __restrict__ b, float* gbs,
                                                  int K) {
@@ -359,8 +311,8 @@ __device__ __forceinline__ void gemv_ln_stage_gb(const float* __restrict__ g, co
     cp_async_commit();
 }
 
-__device__ __forceinline__ void gemv_ln_rows_warp(const float* __restrict__ x, const float* gbs, float* xs, int M, int K,
-                                                  float eps) {
+__device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const float* gbs, float* xs, int M, int K,
+                                             float eps) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, K4 = K >> 2;
     const double inv_k = ln_inv_n(K);
     float4* xs4 = reinterpret_cast<float4*>(xs);
@@ -409,7 +361,6 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     typedef GemvRaw<BF16> Raw;
     extern __shared__ float4 gemv_smem4[];
     float* xs = reinterpret_cast<float*>(gemv_smem4);  // LN: [M][K]
-    __shared__ double ln_stat[GEMV_MAX_M][2];  // gemv_ln_rows_block's (mean, 1/std)
     __shared__ float red[GEMV_NT_WARPS][32];  // wpr > 1: each warp's sums, lane-indexed
 
     // The block's warps form GEMV_NT_WARPS / wpr groups; group g takes rows n_blk + ROWS g .. + ROWS - 1, and
@@ -456,15 +407,12 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     set_rows(first + group * ROWS);
     load_batch(k_lo + lane * CPT);  // weights only: before the wait
     epi_bias(first + group * ROWS);
-    if (LN && MP >= 8) gemv_ln_stage_gb(ln_g, ln_b, xs + M * K, K);
+    if (LN) gemv_ln_stage_gb(ln_g, ln_b, xs + M * K, K);
     pdl_wait();
     epi_res(first + group * ROWS);
     long long e_kv = 0;  // KV: token e_m's cache row and position, as an offset
     if (KV && e_m < M) e_kv = kv.seq[e_m] * kv.batch_stride + (long long)kv.pos[e_m] * kv.D;
-    if (LN) {  // the whole block
-        if constexpr (MP >= 8) gemv_ln_rows_warp(x, xs + M * K, xs, M, K, eps);
-        else gemv_ln_rows_block(x, ln_g, ln_b, xs, &ln_stat[0][0], M, K, eps);
-    }
+    if (LN) gemv_ln_rows(x, xs + M * K, xs, M, K, eps);  // the whole block
 
     for (int n_blk = first; n_blk < N; n_blk += gridDim.x * rows_blk) {  // the same trip count in every warp
         const int n0 = n_blk + group * ROWS;

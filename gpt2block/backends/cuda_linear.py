@@ -483,7 +483,10 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     ``kv = (seq, pos, k_cache, v_cache, batch_stride)`` (with ln and epilogue "bias", N = 3D):
     also writes out[m, D:2D] to k_cache + seq[m] * batch_stride + pos[m] * D and out[m, 2D:3D]
     to v_cache at the same offset (seq, pos int32 [M] on the device, in range: the caller's
-    contract, as kvcache_store's). The kernel takes part in programmatic dependent launch."""
+    contract, as kvcache_store's). The kernel takes part in programmatic dependent launch: it reads
+    w, bias and the LayerNorm's g and b before the kernel ahead of it on the stream has finished,
+    so those must not be written by that kernel (they are weights); x, residual and kv are read
+    after it."""
     _check_rows(x, "x")
     _check_weights(w, "w", "[N, K]")
     m, k = x.shape
@@ -549,7 +552,7 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     args = (x, w, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _NULL if g is None else g, _NULL if b is None else b,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps), np.int32(wpr)) + kv_args
-    # the normalized rows, then g and b (gemv_ln_rows_block up to 4 tokens, gemv_ln_rows_warp from 5)
+    # the normalized rows, then g and b (gemv_ln_rows)
     smem = (m + 2) * k * 4 if ln is not None else 0
     launch(kernel("gemv", name, NT_DEFINES), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args, smem, stream,
            programmatic=True)
