@@ -234,7 +234,7 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 #define GEMV_NT_ROWS_M8_BF16 4  // the same for bf16 weights
 #endif
 #ifndef GEMV_NT_UNROLL
-#define GEMV_NT_UNROLL 4  // 16-byte chunks per row per lane in flight (float32 weights)
+#define GEMV_NT_UNROLL 3  // 16-byte chunks per row per lane in flight (float32 weights; 4 measured 2-5% slower, version 15)
 #endif
 #ifndef GEMV_NT_UNROLL_M4
 #define GEMV_NT_UNROLL_M4 2  // float32 from 3 tokens on (3 and 4 measured slower at 8 tokens, version 14)
@@ -245,14 +245,21 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 #ifndef GEMV_NT_MIN_BLOCKS
 #define GEMV_NT_MIN_BLOCKS 3  // resident blocks per SM the registers must allow (24 warps)
 #endif
+#ifndef GEMV_NT_MIN_BLOCKS_M1_F32
+#define GEMV_NT_MIN_BLOCKS_M1_F32 4  // the same for one token of float32 weights (64 registers)
+#endif
 
 // Per build (MP tokens; bf16 weights or not; LM: the LM head, gemv_*_nt_ln): weight rows per warp
-// at a time, and the resident blocks per SM its registers must allow (2 at 4 rows).
+// at a time, 16-byte chunks per row per lane in flight, and the resident blocks per SM its registers
+// must allow (2 at 4 rows; 4 for one float32 token, whose fewer registers let the next kernel's blocks
+// in beside it to load their weights early: +1.3% at one token, version 15; 3 otherwise, where 4
+// spilled and lost 3% at 2 tokens and with bf16).
 template <int MP, bool BF16, bool LM>
 struct GemvNt {
     static constexpr int ROWS = MP < 8 ? GEMV_NT_ROWS : BF16 ? GEMV_NT_ROWS_M8_BF16 : LM ? GEMV_NT_ROWS_M8_LM
                                                                                         : GEMV_NT_ROWS_M8_F32;
-    static constexpr int MIN_BLOCKS = ROWS >= 4 ? 2 : GEMV_NT_MIN_BLOCKS;
+    static constexpr int UNROLL = BF16 ? GEMV_NT_UNROLL_BF16 : MP >= 4 ? GEMV_NT_UNROLL_M4 : GEMV_NT_UNROLL;
+    static constexpr int MIN_BLOCKS = ROWS >= 4 ? 2 : MP == 1 && !BF16 ? GEMV_NT_MIN_BLOCKS_M1_F32 : GEMV_NT_MIN_BLOCKS;
 };
 
 template <bool BF16>
@@ -350,10 +357,11 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
                                              const float* __restrict__ ln_g, const float* __restrict__ ln_b,
                                              int M, int N, int K, float eps, int wpr, GemvKv kv) {
     constexpr int CPT = GemvW<BF16>::CPT;
-    constexpr int ROWS = GemvNt<MP, BF16, LN && EPI == GEMV_EPI_NONE>::ROWS;  // weight rows per warp at a time
+    typedef GemvNt<MP, BF16, LN && EPI == GEMV_EPI_NONE> Build;
+    constexpr int ROWS = Build::ROWS;  // weight rows per warp at a time
     constexpr int STEP = 32 * CPT;  // K covered by one chunk of every lane
     // float32 weights: 2 chunks in flight from 3 tokens on, whose activations take the registers
-    constexpr int UNROLL = BF16 ? GEMV_NT_UNROLL_BF16 : MP >= 4 ? GEMV_NT_UNROLL_M4 : GEMV_NT_UNROLL;
+    constexpr int UNROLL = Build::UNROLL;
     // Tokens in blocks of MB (32 registers of activations: 8 float32 pieces, 4 bf16), each block's
     // loads issued together before its FMAs. Rows past M - 1 repeat row M - 1 (their sums are
     // formed and never stored), so that no load waits behind a branch on M.

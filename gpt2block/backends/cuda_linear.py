@@ -390,10 +390,10 @@ def gemm_nt(a, b, out, *, variant="tf32x3", stream=None, tile=None):
 _GEMV_THREADS, _GEMV_RPP, _GEMV_UNROLL, _GEMV_TPR = 256, 32, 4, 8  # as in kernels/gemv.cu
 _GEMV_NT_THREADS = 256  # GEMV_NT_THREADS
 # GemvNt in kernels/gemv.cu: the outputs per warp at a time (GEMV_NT_ROWS; at 8 tokens by weight type,
-# the LM head apart) and the resident blocks per SM that the registers allow (3, or 2 at 4 rows);
-# more rows loop in a warp
-_GEMV_NT_ROWS = {"GEMV_NT_ROWS": 2, "GEMV_NT_ROWS_M8_F32": 2, "GEMV_NT_ROWS_M8_LM": 4, "GEMV_NT_ROWS_M8_BF16": 4}
-_GEMV_NT_BLOCKS_PER_SM = 3  # GEMV_NT_MIN_BLOCKS
+# the LM head apart) and the resident blocks per SM that the registers allow (3; 2 at 4 rows; 4 for
+# one float32 token); more rows loop in a warp
+_GEMV_NT_DEFAULTS = {"GEMV_NT_ROWS": 2, "GEMV_NT_ROWS_M8_F32": 2, "GEMV_NT_ROWS_M8_LM": 4, "GEMV_NT_ROWS_M8_BF16": 4,
+                     "GEMV_NT_MIN_BLOCKS": 3, "GEMV_NT_MIN_BLOCKS_M1_F32": 4}
 NT_DEFINES: tuple = ()  # extra #defines of the nt kernels (tuning runs: GEMV_NT_UNROLL, GEMV_NT_MIN_BLOCKS)
 _GEMV_BLOCKS_PER_SM = 4  # split-K target: about this many blocks per SM
 _workspaces: dict = {}
@@ -565,11 +565,12 @@ def _gemv_nt_tokens(m: int) -> int:
 
 def _gemv_nt_build(mp: int, bf16: bool, lm_head: bool) -> tuple[int, int]:
     """(rows per warp, resident blocks per SM) of an nt kernel build (GemvNt), tuning defines included."""
-    d = {**_GEMV_NT_ROWS, **dict(NT_DEFINES)}
+    d = {**_GEMV_NT_DEFAULTS, **dict(NT_DEFINES)}
     key = ("GEMV_NT_ROWS" if mp < 8 else "GEMV_NT_ROWS_M8_BF16" if bf16 else "GEMV_NT_ROWS_M8_LM" if lm_head
            else "GEMV_NT_ROWS_M8_F32")
     rows = d[key]
-    return rows, 2 if rows >= 4 else d.get("GEMV_NT_MIN_BLOCKS", _GEMV_NT_BLOCKS_PER_SM)
+    per_sm = 2 if rows >= 4 else d["GEMV_NT_MIN_BLOCKS_M1_F32"] if mp == 1 and not bf16 else d["GEMV_NT_MIN_BLOCKS"]
+    return rows, per_sm
 
 
 def gemv_nt_plan(n: int, k: int, cpt: int, mp: int = 1, bf16: bool = False, lm_head: bool = False,
