@@ -21,16 +21,18 @@
 //       gemv_*_nt_bias_residual    y = R + x @ w^T + bias             (attention and MLP projections)
 //       gemv_*_nt_bias, gemv_*_nt_bias_gelu   without the LayerNorm
 //     (const float* x, const W* w, const float* bias, const float* R, float* y,
-//      const float* ln_g, const float* ln_b, int M, int N, int K, float eps)
-//     x [M, K] contiguous, w [N, K], bias [N] / R [M, N] / ln_g, ln_b [K] where used (else NULL).
-//     Requirements: 1 <= M <= the build's MP; K % 4 == 0 (f32) or K % 8 == 0 (bf16); x, w 16-byte aligned.
+//      const float* ln_g, const float* ln_b, int M, int N, int K, float eps, int wpr)
+//     x [M, K] contiguous, w [N, K], bias [N] / R [M, N] / ln_g, ln_b [K] where used (else NULL);
+//     wpr: warps per row group, which split K between them (1, 2, 4 or 8; see the launch recipe).
+//     Requirements: 1 <= M <= the build's MP; K % 4 == 0 (f32) or K % 8 == 0 (bf16); x, w, ln_g, ln_b
+//     16-byte aligned.
 //       gemv_*_nt_ln_bias_kv_m*    as _ln_bias (N = 3D, the QKV product of the decode step), and
 //                                  each row's key and value also into the KV cache; extra arguments
 //                                  (const int* seq, const int* pos, float* k_cache, float* v_cache,
 //                                  long long batch_stride): see GemvKv.
 //     The nt kernels take part in programmatic dependent launch (common.cuh): they touch only
-//     their weights (w, bias, ln_g, ln_b) before pdl_wait(), so those must not be written by the
-//     kernel just before.
+//     their weights (w, bias, ln_g, ln_b) before pdl_wait(), so those must not be written by any
+//     kernel that may still be running (launches trigger early, so not only the one just before).
 //
 // Launch recipe:
 //   gemv_*_{bias,bias_gelu,bias_residual}: 256 threads per block, no dynamic shared memory,
@@ -40,10 +42,13 @@
 //     Split-K reduction: each block of a column strip writes its partial sums to ws; the last to
 //     finish (counted on counters[blockIdx.x]) adds the strip's partials in split order 0, 1, ...
 //     and applies the epilogue. The order is fixed, so results repeat bit for bit.
-//   gemv_*_nt*: grid = (G, 1, 1) with 1 <= G (gpt2block: min(ceil(N / 8R), resident blocks)), block =
-//     GEMV_NT_THREADS (256); warp w of block b takes the R outputs starting at R * (8b + w), then
-//     8R G further, ..., with R = GemvNt<>::ROWS of the build (2; 4 at 8 tokens for bf16 weights and
-//     for the float32 LM head, gemv_f32_nt_ln_m8, whose registers allow 2 blocks per SM, not 3);
+//   gemv_*_nt*: grid = (G, 1, 1) with 1 <= G, block = GEMV_NT_THREADS (256); the block's 8 warps form
+//     8 / wpr row groups, group g of block b taking the R outputs starting at (8 / wpr) R b + R g,
+//     then (8 / wpr) R G further, ..., its wpr warps splitting K; R = GemvNt<>::ROWS of the build
+//     (2; 4 at 8 tokens for bf16 weights and for the float32 LM head, gemv_f32_nt_ln_m8). gpt2block
+//     (gemv_nt_plan): the fewest wpr that give ceil(N / ((8 / wpr) R)) >= 2 blocks per SM, G that
+//     count capped at the resident blocks (GemvNt<>::MIN_BLOCKS per SM: 3; 2 at 4 rows; 4 for one
+//     float32 token). Any G and wpr give a correct result.
 //     dynamic shared memory (M + 2) * K * 4 bytes for the _ln kernels (the normalized rows, then g
 //     and b; above 48 KB needs the opt-in attribute), else 0.
 
@@ -213,7 +218,7 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 // _M4) chunks per row in flight; each row's token sums meet by halving shuffles (warp_sums), no
 // barrier. Every kernel is built for MP = 1, 2, 4 and 8 tokens (suffix _m1 .. _m8; the wrapper takes
 // the smallest MP >= M), its token loops unrolled without a branch on M, so that the activation
-// loads of a piece go out together. Warps walk the row pairs with a grid stride
+// loads of a piece go out together. Warps walk the row groups with a grid stride
 // (the LM head has thousands; the per-layer matrices one or two per warp). Many small warps
 // keep the loads in flight (bandwidth by occupancy, not by registers per thread).
 // LN: x' = LayerNorm(x; ln_g, ln_b) of each row, staged in shared memory [M][K] by every block
@@ -223,7 +228,9 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 
 #define GEMV_NT_THREADS 256
 #define GEMV_NT_WARPS (GEMV_NT_THREADS / 32)
+#ifndef GEMV_NT_ROWS
 #define GEMV_NT_ROWS 2    // weight rows per warp at a time: each x load serves both
+#endif
 #ifndef GEMV_NT_ROWS_M8_F32
 #define GEMV_NT_ROWS_M8_F32 2  // the same at 8 tokens, float32 weights
 #endif
@@ -260,6 +267,8 @@ struct GemvNt {
                                                                                         : GEMV_NT_ROWS_M8_F32;
     static constexpr int UNROLL = BF16 ? GEMV_NT_UNROLL_BF16 : MP >= 4 ? GEMV_NT_UNROLL_M4 : GEMV_NT_UNROLL;
     static constexpr int MIN_BLOCKS = ROWS >= 4 ? 2 : MP == 1 && !BF16 ? GEMV_NT_MIN_BLOCKS_M1_F32 : GEMV_NT_MIN_BLOCKS;
+    // each row's MP sums land on 32 / MP lanes (warp_sums), one row per lane of them
+    static_assert(ROWS >= 1 && ROWS <= 32 / MP, "GemvNt: more rows per warp than lanes per token sum");
 };
 
 template <bool BF16>

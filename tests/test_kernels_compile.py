@@ -75,3 +75,20 @@ def test_read_source_leaves_no_local_include(name):
 
     text = read_source(name)
     assert not re.search(r'^\s*#\s*include\s+"', text, re.M)
+
+
+def test_gemv_nt_defaults_match_the_kernel():
+    """cuda_linear plans the nt GEMVs' grid from its own copy of gemv.cu's build defaults (rows per
+    warp, resident blocks per SM); the two must agree. Read as text: CI has no CuPy to import."""
+    import ast
+    import re
+
+    src = (Path(__file__).resolve().parent.parent / "gpt2block" / "backends" / "cuda_linear.py").read_text()
+    node = next(n for n in ast.parse(src).body if isinstance(n, ast.Assign)
+                and any(getattr(t, "id", None) == "_GEMV_NT_DEFAULTS" for t in n.targets))
+    python_side = ast.literal_eval(node.value)
+    kernel = (kernels_dir() / "gemv.cu").read_text()
+    for name, value in python_side.items():
+        m = re.search(rf"^#define {name} (\d+)\b", kernel, re.MULTILINE)
+        assert m is not None, f"gemv.cu defines no {name}"
+        assert int(m.group(1)) == value, f"{name}: gemv.cu {m.group(1)}, cuda_linear.py {value}"

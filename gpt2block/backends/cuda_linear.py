@@ -484,9 +484,9 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     also writes out[m, D:2D] to k_cache + seq[m] * batch_stride + pos[m] * D and out[m, 2D:3D]
     to v_cache at the same offset (seq, pos int32 [M] on the device, in range: the caller's
     contract, as kvcache_store's). The kernel takes part in programmatic dependent launch: it reads
-    w, bias and the LayerNorm's g and b before the kernel ahead of it on the stream has finished,
-    so those must not be written by that kernel (they are weights); x, residual and kv are read
-    after it."""
+    w, bias and the LayerNorm's g and b before the kernels ahead of it on the stream have finished,
+    so those must not be written by any kernel that may still be running (they are weights); x,
+    residual and kv are read after they finish."""
     _check_rows(x, "x")
     _check_weights(w, "w", "[N, K]")
     m, k = x.shape

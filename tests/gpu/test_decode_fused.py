@@ -123,7 +123,7 @@ def test_batch_too_large_for_shared_memory_falls_back():
     (1600, "bf16", {1: True, 2: True}),
 ])
 def test_auto_picks_the_fused_step_where_it_measured_faster(d, precision, want):
-    """fused_decode="auto" (the default) by width, weight mode and batch, as cuda.fused_auto states
+    """fused_decode="auto" (the default) by width alone, as cuda.fused_auto states
     from the measured rates (docs/PERFORMANCE.md, version 15); at d = 1600 a batch of 8 does not
     fit one SM's shared memory and runs five kernels whatever the choice."""
     from gpt2block.backends.cuda import fused_auto

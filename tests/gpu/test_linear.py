@@ -85,7 +85,7 @@ def _gemv_cases() -> list:
             dict(wdtype=wdtype, m=8, k=1280, n=1280, nt=True, epilogue="bias_residual"),
             dict(wdtype=wdtype, m=1, k=6400, n=1600, nt=True, epilogue="bias_residual", inplace=True),
             dict(wdtype=wdtype, m=2, k=104, n=33, nt=True, epilogue="bias_gelu"),
-            # narrow outputs: the warps of a block split K (gemv_nt_plan: 8 and 4 per row pair)
+            # narrow outputs: the warps of a row group split K (gemv_nt_plan's wpr)
             dict(wdtype=wdtype, m=8, k=3072, n=768, nt=True, epilogue="bias_residual"),
             dict(wdtype=wdtype, m=5, k=768, n=768, nt=True, epilogue="bias_residual", inplace=True),
             # every build of the nt kernels (kernels/gemv.cu: 1, 2, 4, 8 tokens), padded ones included
@@ -96,6 +96,9 @@ def _gemv_cases() -> list:
             dict(wdtype=wdtype, m=5, k=768, n=50257, nt=True, epilogue=None, ln=True),
             dict(wdtype=wdtype, m=7, k=104, n=37, nt=True, epilogue=None, ln=True),
             dict(wdtype=wdtype, m=6, k=200, n=101, nt=True, epilogue="bias_gelu"),
+            # K split across warps with a partial last row group (wpr > 1, N not a multiple of the rows)
+            dict(wdtype=wdtype, m=8, k=2048, n=100, nt=True, epilogue="bias_residual"),
+            dict(wdtype=wdtype, m=1, k=2048, n=100, nt=True, epilogue="bias_residual"),
         ]
     return cases
 
@@ -319,7 +322,7 @@ def test_linear_sends_small_m_to_the_gemv(checks, m):
 
 
 @pytest.mark.parametrize("wdtype", ["f32", "bf16"])
-@pytest.mark.parametrize("m,d", [(1, 768), (3, 1024), (8, 1600)])
+@pytest.mark.parametrize("m,d", [(1, 768), (3, 1024), (6, 768), (8, 1600)])
 def test_gemv_nt_kv_store(checks, wdtype, m, d):
     """ln_1 + QKV with the K / V store (gemv_*_nt_ln_bias_kv): out bit-equal to the kernel
     without the store, and the cache rows bit-equal to out's K and V, at (seq, pos) of each row,
