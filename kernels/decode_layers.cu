@@ -86,6 +86,15 @@ __device__ long long dl_inputs_end;
 __device__ long long dl_chunk[2][4 * 64][8][3];  // first block, warps 0 and 1: per chunk, acquired / summed / stored
 __device__ long long dl_tail[64][4];  // first block, thread 0: clock64() when each matrix phase returned
 __device__ long long dl_clock_pair[4];  // first block: clock64 and globaltimer (ns) at start and end
+// The first block's clock64 and globaltimer together, into dl_clock_pair[i] and [i + 1].
+__device__ __forceinline__ void dl_trace_clock_pair(int i) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        unsigned long long ns;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+        dl_clock_pair[i] = clock64();
+        dl_clock_pair[i + 1] = (long long)ns;
+    }
+}
 #define DL_CLOCK(v) long long v = clock64()
 // warps 0 and 1 of the first block: clock64() at point k (0 acquired, 1 summed, 2 stored) of chunk c
 #define DL_CHUNK_STAMP(l, p, c, k)                                                                        \
@@ -1042,12 +1051,7 @@ __device__ __forceinline__ void decode_layers_body(const DlStep& st, unsigned* b
         return;
     }
 #ifdef DL_TRACE
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-        unsigned long long ns;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-        dl_clock_pair[0] = clock64();
-        dl_clock_pair[1] = (long long)ns;
-    }
+    dl_trace_clock_pair(0);
 #endif
     DlParams q;
     dl_params_fetch(0, 0, D, q);
@@ -1096,12 +1100,7 @@ __device__ __forceinline__ void decode_layers_body(const DlStep& st, unsigned* b
         DL_STAMP(t + 9);
     }
 #ifdef DL_TRACE
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-        unsigned long long ns;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-        dl_clock_pair[2] = clock64();
-        dl_clock_pair[3] = (long long)ns;
-    }
+    dl_trace_clock_pair(2);
 #endif
     // Leave the counter zero for the next launch: the last block to arrive here (after every
     // block has passed its last wait) resets it.
