@@ -4,7 +4,7 @@
 //
 // Prefill (one sequence, flash style: online softmax over key tiles of 64, no S x S matrix,
 // shared memory independent of the sequence length) and decode (one new query per row over
-// the KV cache, keys split across blocks, partials combined in the last block of each row/head).
+// the KV cache, keys split across the blocks of a cluster, partials combined in its rank 0).
 //
 // ---------------------------------------------------------------------------------------------
 // LAUNCH RECIPES (every integer argument is a 32-bit int unless marked long long)
@@ -34,21 +34,20 @@
 //   solve() (LeetGPU block, no mask): q = qkv, k = qkv + D, v = qkv + 2 * D, q_stride = kv_stride = 3 * D,
 //     s_q = s_kv = seq_len, q_start = 0, causal = 0.
 //
-// attention_decode_f32       one query per row over the KV cache, split-K with in-kernel combine
+// attention_decode_f32       one query per row over the KV cache, keys split across the blocks of a
+//                            cluster, combined through distributed shared memory
 //     (const float* q, int q_stride, const float* k_cache, const float* v_cache,
-//      long long cache_batch_stride, const int* lengths, float* out, int D, int max_len, int chunk,
-//      float* part_acc, float* part_ml, int* counters)
-//     grid  (n_splits, H, B)   block (128, 1, 1)   no dynamic shared memory (static 5 KB)
+//      long long cache_batch_stride, const int* lengths, float* out, int D, int max_len)
+//     sm_90: grid (ATTN_DEC_CLUSTER, H, B), clusters of (ATTN_DEC_CLUSTER, 1, 1) compiled in
+//     (__cluster_dims__, so a plain launch forms them; gpt2block builds 8, 4 or 2 and picks one per
+//     (B, H): cuda_attention.decode_ranks); older targets: grid (1, H, B), ATTN_DEC_CLUSTER 1.
+//     block (128, 1, 1), no dynamic shared memory (static 4.4 KB at 8 ranks).
 //     q: row b at q + b * q_stride; key t of row b at k_cache + b * cache_batch_stride + t * D (v likewise);
 //     lengths: [B] int32 on the device, 1 <= lengths[b] <= max_len (otherwise the row's output is NaN);
-//     out: [B, D] contiguous.  Split s covers keys [s * chunk, s * chunk + chunk);
-//     n_splits * chunk >= max_len, 1 <= chunk <= ATTN_DEC_MAX_CHUNK (64).
+//     out: [B, D] contiguous.  Chunk c (keys [64 c, 64 c + 64)) goes to rank c % ranks: a
+//     short row costs its own keys, not max_len's, and max_len only bounds the lengths.
 //     Takes part in programmatic dependent launch (common.cuh): reads nothing before pdl_wait().
-//     part_acc: [B * H * n_splits * 64] floats, part_ml: [B * H * n_splits * 2] floats (scratch);
-//     counters: [B * H] int32, ZERO before the first launch; each launch leaves them zero again.
-//     With n_splits == 1 the scratch and counters are not touched (may be any pointers).
-//     Splits past a row's length leave at once: a short row costs its own keys, not max_len's.
-//     The last block to finish for (b, h) combines the partials in split order: bit-exact run to run.
+//     The partials are combined in rank order: bit-exact run to run.
 // ---------------------------------------------------------------------------------------------
 #include "common.cuh"
 #include "mma.cuh"
@@ -60,7 +59,10 @@
 #define ATTN_MMA_SMEM_BYTES (4 * ATTN_TILE_FLOATS * 4)   // K and V, double-buffered
 #define ATTN_MMA_F_SMEM_BYTES (ATTN_MMA_SMEM_BYTES + 4 * 8 * 2 * 32 * 16)  // + Q fragments (tf32x3f)
 #define ATTN_DEC_THREADS 128
-#define ATTN_DEC_MAX_CHUNK 64  // keys per split: 8 per 16-lane group, all loaded at once
+#define ATTN_DEC_CHUNK 64  // keys per decode round: 8 per 16-lane group, all loaded at once
+#ifndef ATTN_DEC_CLUSTER
+#define ATTN_DEC_CLUSTER 8  // blocks per (row, head) of the decode kernel: one cluster on sm_90
+#endif
 
 extern __shared__ __align__(16) float attn_smem[];  // dynamic shared memory of the prefill kernels
 
@@ -513,68 +515,77 @@ attention_prefill_split_tf32(const float* __restrict__ q, int q_stride, const fl
 }
 
 // =============================================================================================
-// attention_decode_f32: block (split s, head h, row b), 128 threads. The split's keys and values
-// (at most 64) are loaded into registers at once; keys are scored
-// by 8 groups of 16 lanes (a float4 of the 64 dims per lane), softmaxed within the split, and
-// summed against V by the same 8 groups; the 8 group sums are added in a fixed order. The partial
-// (max m, sum l, unnormalised acc[64]) goes to scratch; the last block of (b, h) to arrive
-// (an integer ticket, no float atomics) combines all splits in split order.
+// attention_decode_f32: block (rank r, head h, row b), 128 threads; on sm_90 the ATTN_DEC_CLUSTER
+// blocks of a (b, h) form one thread block cluster. The row's keys come in chunks of 64; chunk c
+// belongs to rank c % ranks and is its round c / ranks. A round loads the chunk's keys and values
+// into registers at once, scores them by 8 groups of 16 lanes (a float4 of the 64 dims per lane),
+// and folds them into the rank's running (max m, sum l, unnormalised P V) with the online
+// softmax. A lone rank (len <= 64 with clusters; every length without) writes the output itself;
+// otherwise every rank stores its partial into rank 0's shared memory (distributed shared
+// memory), arrives at the cluster barrier and leaves, and rank 0 combines the partials in rank
+// order: no global scratch, no atomics, bit-exact run to run.
 // =============================================================================================
-extern "C" __global__ void __launch_bounds__(ATTN_DEC_THREADS)
-attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B, >= D]
-                     const float* __restrict__ k_cache,                 // key t of row b at b * cbs + t * D
-                     const float* __restrict__ v_cache,                 // value likewise
-                     long long cache_batch_stride,                      // cbs, in floats
-                     const int* __restrict__ lengths,                   // [B]
-                     float* __restrict__ out,                           // [B, D]
-                     int D, int max_len, int chunk,
-                     float* __restrict__ part_acc,                      // [B, H, n_splits, 64]
-                     float* __restrict__ part_ml,                       // [B, H, n_splits, 2]
-                     int* __restrict__ counters) {                      // [B, H]
-    __shared__ __align__(16) float sc[ATTN_DEC_MAX_CHUNK];   // scores, then probabilities
-    __shared__ __align__(16) float red[8][64];               // per-group partial sums of P V
-    __shared__ float stat[ATTN_DEC_THREADS / 32];
-    __shared__ int is_last;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && ATTN_DEC_CLUSTER > 1
+#define ATTN_DEC_CLUSTER_DIMS __cluster_dims__(ATTN_DEC_CLUSTER, 1, 1)
+#define ATTN_DEC_RANKS ATTN_DEC_CLUSTER
+#else
+#define ATTN_DEC_CLUSTER_DIMS
+#define ATTN_DEC_RANKS 1
+#endif
 
+// Cluster barrier halves and a store into another block's shared memory (sm_90; with one block
+// per (b, h) on older targets none of them is reached).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_arrive_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait_acquire() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+// *p = v, where p is this block's shared address of a variable and the store goes to the same
+// variable of the cluster's block `rank`.
+__device__ __forceinline__ void st_cluster_f32(float* p, int rank, float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned local = (unsigned)__cvta_generic_to_shared(p);
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
+#else
+    *p = v;
+#endif
+}
+
+// One round of attention_decode_f32: keys [k0, min(k0 + 64, len)) of one (row, head) (k, v: the
+// head's columns of key 0, lane16's float4 already added; row stride D) folded into the running
+// max m, sum l and this group's P V o with the online softmax. q pre-scaled by 1/8; sc [64],
+// scratch [32], stat [4]: shared. Ends with a barrier, so the next round may reuse sc and stat.
+__device__ __forceinline__ void attn_dec_round(const float4& qv, const float* __restrict__ k,
+                                               const float* __restrict__ v, int D, int k0, int len, float* sc,
+                                               float* scratch, float* stat, float& m_run, float& l_run,
+                                               float4& o) {
     const int tid = threadIdx.x, lane16 = tid & 15, grp = tid >> 4;
     const unsigned half_mask = 0xffffu << (tid & 16);  // the 16 lanes of this thread's group
-    const int split = blockIdx.x, n_splits = gridDim.x, h = blockIdx.y, b = blockIdx.z, H = gridDim.y;
-    pdl_trigger();  // programmatic dependent launch (common.cuh): nothing is read before the wait
-    pdl_wait();
-    const int len = lengths[b];
-    const bool bad = len < 1 || len > max_len;
-    // Only the splits that hold keys take part (the grid is sized for max_len, so that one
-    // captured graph serves every step): the others leave at once and are not counted.
-    // A bad length: split 0 alone writes NaN.
-    const int n_active = bad ? 1 : min(n_splits, (len + chunk - 1) / chunk);
-    if (split >= n_active) return;
-    float* orow = out + (size_t)b * D + h * 64;
-    if (bad) {
-        if (tid < 64) orow[tid] = __int_as_float(0x7fc00000);
-        return;
-    }
-    const int k0 = split * chunk, k1 = min(len, k0 + chunk);
-    const int n = k1 - k0;  // >= 1
-
-    const size_t row_off = (size_t)b * (size_t)cache_batch_stride + (size_t)h * 64 + lane16 * 4;
-    float4 qv = *reinterpret_cast<const float4*>(q + (size_t)b * q_stride + h * 64 + lane16 * 4);
-    qv.x *= ATTN_SCALE; qv.y *= ATTN_SCALE; qv.z *= ATTN_SCALE; qv.w *= ATTN_SCALE;
-
-    // Every key and value of the split in flight at once: group grp takes keys grp + 8j, j < 8
-    // (chunk <= 64), each lane a float4 of the 64 dims of each.
-    constexpr int PER_GROUP = ATTN_DEC_MAX_CHUNK / 8;
+    const int n = min(ATTN_DEC_CHUNK, len - k0);       // >= 1
+    constexpr int PER_GROUP = ATTN_DEC_CHUNK / 8;
+    // every key and value of the round in flight at once: group grp takes keys grp + 8j
     float4 kr[PER_GROUP], vr[PER_GROUP];
 #pragma unroll
     for (int j = 0; j < PER_GROUP; ++j) {
         const int i = grp + 8 * j;
         if (i < n) {
-            const size_t off = row_off + (size_t)(k0 + i) * D;
-            kr[j] = *reinterpret_cast<const float4*>(k_cache + off);
-            vr[j] = *reinterpret_cast<const float4*>(v_cache + off);
+            const size_t off = (size_t)(k0 + i) * D;
+            kr[j] = *reinterpret_cast<const float4*>(k + off);
+            vr[j] = *reinterpret_cast<const float4*>(v + off);
         }
     }
-
-    // scores
 #pragma unroll
     for (int j = 0; j < PER_GROUP; ++j) {
         const int i = grp + 8 * j;
@@ -586,56 +597,109 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
     }
     __syncthreads();
 
-    // split max and probabilities
     float mx = attn_neg_inf();
     for (int i = tid; i < n; i += ATTN_DEC_THREADS) mx = fmaxf(mx, sc[i]);
     mx = warp_max(mx);
     if ((tid & 31) == 0) stat[tid >> 5] = mx;
     __syncthreads();
-    mx = fmaxf(fmaxf(stat[0], stat[1]), fmaxf(stat[2], stat[3]));
-    const float base = attn_safe_max(mx);
+    const float m_new = fmaxf(m_run, fmaxf(fmaxf(stat[0], stat[1]), fmaxf(stat[2], stat[3])));
+    const float base = attn_safe_max(m_new);
+    const float alpha = m_run == attn_neg_inf() ? 0.f : expf(m_run - base);  // rescales the rounds before
     float sum = 0.f;
     for (int i = tid; i < n; i += ATTN_DEC_THREADS) {
         const float p = expf(sc[i] - base);
         sc[i] = p;
         sum += p;
     }
-    sum = block_sum(sum, red[0]);  // red[0] as 32-float scratch; block_sum syncs before returning values
-    __syncthreads();                // sc (probabilities) visible to all, red free again
+    sum = block_sum(sum, scratch);  // block_sum syncs before returning values
+    __syncthreads();                // sc (probabilities) visible to all, scratch free again
+    l_run = fmaf(l_run, alpha, sum);
+    m_run = m_new;
+    const float4 pv = attn_pv16(sc, vr, grp, 8, n);
+    o = make_float4(fmaf(o.x, alpha, pv.x), fmaf(o.y, alpha, pv.y), fmaf(o.z, alpha, pv.z), fmaf(o.w, alpha, pv.w));
+    __syncthreads();  // sc and stat free for the next round
+}
 
-    // P V from the values already in registers; lane16 owns dims 4*lane16 .. +3
-    *reinterpret_cast<float4*>(&red[grp][lane16 * 4]) = attn_pv16(sc, vr, grp, 8, n);
+extern "C" __global__ void __launch_bounds__(ATTN_DEC_THREADS) ATTN_DEC_CLUSTER_DIMS
+attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B, >= D]
+                     const float* __restrict__ k_cache,                 // key t of row b at b * cbs + t * D
+                     const float* __restrict__ v_cache,                 // value likewise
+                     long long cache_batch_stride,                      // cbs, in floats
+                     const int* __restrict__ lengths,                   // [B]
+                     float* __restrict__ out,                           // [B, D]
+                     int D, int max_len) {
+    __shared__ __align__(16) float sc[ATTN_DEC_CHUNK];       // a round's scores, then probabilities
+    __shared__ __align__(16) float red[8][64];               // per-group P V, for the final sum
+    __shared__ float stat[ATTN_DEC_THREADS / 32];
+    __shared__ float part[ATTN_DEC_RANKS][HEAD_DIM + 2];     // rank 0's: each rank's (P V [64], m, l)
+
+    const int tid = threadIdx.x, lane16 = tid & 15, grp = tid >> 4;
+    const int rank = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    constexpr int ranks = ATTN_DEC_RANKS;
+    if (rank >= ranks) return;  // a grid wider than the recipe's: the extra blocks have no chunks
+    // First half of the barrier's first phase: once every block has arrived, all have started,
+    // so rank 0's shared memory exists before anyone stores into it.
+    if (ranks > 1) cluster_arrive_relaxed();
+    pdl_trigger();  // programmatic dependent launch (common.cuh): nothing is read before the wait
+    pdl_wait();
+    const int len = lengths[b];
+    const bool bad = len < 1 || len > max_len;
+    // Ranks without a chunk leave at once (the cluster barrier waits only for threads that have
+    // not exited). A bad length: rank 0 alone writes NaN.
+    const int n_chunks = (len + ATTN_DEC_CHUNK - 1) / ATTN_DEC_CHUNK;
+    const int n_active = bad ? 1 : min(ranks, n_chunks);
+    if (rank >= n_active) return;
+    float* orow = out + (size_t)b * D + h * 64;
+    if (bad) {
+        if (tid < 64) orow[tid] = __int_as_float(0x7fc00000);
+        return;
+    }
+
+    const size_t row_off = (size_t)b * (size_t)cache_batch_stride + (size_t)h * 64 + lane16 * 4;
+    float4 qv = *reinterpret_cast<const float4*>(q + (size_t)b * q_stride + h * 64 + lane16 * 4);
+    qv.x *= ATTN_SCALE; qv.y *= ATTN_SCALE; qv.z *= ATTN_SCALE; qv.w *= ATTN_SCALE;
+
+    float m_run = attn_neg_inf(), l_run = 0.f;       // the rank's running max and sum (block-uniform)
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);      // this group's P V over the rank's keys, dims 4 lane16 ..
+    // The first round straight-line, later ones (rows longer than 64 x ranks) in a loop: inside a
+    // loop the compiler branches around each load of `if (i < n)` instead of predicating it,
+    // which measured 0.5 us slower per call.
+    attn_dec_round(qv, k_cache + row_off, v_cache + row_off, D, rank * ATTN_DEC_CHUNK, len, sc, red[0], stat,
+                   m_run, l_run, o);
+    for (int c = rank + ranks; c < n_chunks; c += ranks)
+        attn_dec_round(qv, k_cache + row_off, v_cache + row_off, D, c * ATTN_DEC_CHUNK, len, sc, red[0], stat,
+                       m_run, l_run, o);
+
+    // the 8 groups' P V added in group order; lane16 of group grp owns dims 4 lane16 .. + 3
+    *reinterpret_cast<float4*>(&red[grp][lane16 * 4]) = o;
     __syncthreads();
     float a = 0.f;
     if (tid < 64) {
 #pragma unroll
         for (int gi = 0; gi < 8; ++gi) a += red[gi][tid];
     }
-
     if (n_active == 1) {
-        if (tid < 64) orow[tid] = a / sum;
+        if (tid < 64) orow[tid] = a / l_run;
         return;
     }
 
-    const size_t pidx = ((size_t)b * H + h) * n_splits + split;
-    if (tid < 64) part_acc[pidx * 64 + tid] = a;
-    if (tid == 0) {
-        part_ml[pidx * 2] = mx;
-        part_ml[pidx * 2 + 1] = sum;
-    }
-    __threadfence();  // partials visible device-wide before the ticket is taken
-    __syncthreads();
-    if (tid == 0) {
-        const int ticket = atomicAdd(&counters[b * H + h], 1);
-        is_last = ticket == n_active - 1;
-        if (is_last) counters[b * H + h] = 0;  // ready for the next launch
-    }
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-
+    cluster_wait_acquire();  // the first phase: every block of the cluster has started
+    if (tid < 64) st_cluster_f32(&part[rank][tid], 0, a);
+    if (tid == 64) st_cluster_f32(&part[rank][64], 0, m_run);
+    if (tid == 65) st_cluster_f32(&part[rank][65], 0, l_run);
+    cluster_arrive_release();  // the partial is rank 0's to read; the other ranks are done
+    if (rank != 0) return;
+    cluster_wait_acquire();
     if (tid < 64) {
-        const size_t p0 = ((size_t)b * H + h) * n_splits;
-        orow[tid] = attn_combine_splits(part_ml + p0 * 2, part_acc + p0 * 64, n_active, tid);
+        float mm = attn_neg_inf();
+        for (int s = 0; s < n_active; ++s) mm = fmaxf(mm, part[s][64]);
+        const float base = attn_safe_max(mm);
+        float L = 0.f, A = 0.f;
+        for (int s = 0; s < n_active; ++s) {
+            const float w = part[s][64] == attn_neg_inf() ? 0.f : expf(part[s][64] - base);
+            L = fmaf(part[s][65], w, L);
+            A = fmaf(part[s][tid], w, A);
+        }
+        orow[tid] = A / L;
     }
 }

@@ -302,7 +302,7 @@ class CudaRunner(Runner):
             k_cache, v_cache = cache.kv[0, layer, 0], cache.kv[0, layer, 1]
             store = lambda qkv: cuda_ops.kvcache_store(  # noqa: E731
                 qkv, d_seq, d_pos, k_cache, v_cache, cache.batch_stride)
-            # max_len = n_ctx: the split grid does not depend on the step, so one graph serves all
+            # max_len = n_ctx: the bound on every step's lengths (the launch does not depend on it)
             attend = lambda qkv, out: cuda_attention.attention_decode(  # noqa: E731
                 qkv, k_cache, v_cache, d_len, out, n_head=c.n_head, q_stride=3 * c.n_embd,
                 cache_batch_stride=cache.batch_stride, max_len=c.n_positions)

@@ -13,8 +13,8 @@ raises ValueError / TypeError naming it, before anything is launched.
         keys of long query tiles across blocks where prefill_split_plan has it measured faster;
         the partials live in a per-stream scratch.
     attention_decode(q, k_cache, v_cache, lengths, out, n_head=, q_stride=, cache_batch_stride=, max_len=)
-        out [B, D]: one query per row over lengths[b] cached keys; the keys are split across
-        blocks (DecodeWorkspace holds the partials), combined deterministically in-kernel.
+        out [B, D]: one query per row over lengths[b] cached keys; the keys are split across the
+        blocks of a thread block cluster (sm_90), combined deterministically in its rank 0.
 """
 
 from __future__ import annotations
@@ -39,9 +39,8 @@ PREFILL_VARIANTS = {
 # split-key prefill (attention_prefill_split_*), the kernel of each variant
 SPLIT_KERNELS = {"tf32x3f": "attention_prefill_split_tf32x3f", "tf32": "attention_prefill_split_tf32"}
 DECODE_THREADS = 128
-DECODE_MIN_CHUNK = 64  # keys per split, at least (short splits cost more in combining than they save)
-DECODE_MAX_CHUNK = 64  # ATTN_DEC_MAX_CHUNK in attention.cu (a split's keys and values live in registers)
-DECODE_BLOCKS_PER_SM = 2  # split until (B * H * splits) reaches this many blocks per multiprocessor
+DECODE_MAX_CLUSTER = 8  # blocks (one cluster, ATTN_DEC_CLUSTER in attention.cu) per (row, head) on sm_90, at most
+DECODE_BLOCKS_PER_SM = 3  # fewer blocks per (row, head) where B * H * 8 would exceed this many per multiprocessor
 INT32_MAX = 2**31 - 1
 
 
@@ -320,54 +319,28 @@ def _split_scratch(slots: int, tiles: int, stream=None) -> _SplitScratch:
 
 # -- decode -----------------------------------------------------------------------------------
 
-def decode_plan(batch: int, n_head: int, max_len: int, n_sm: int) -> tuple[int, int]:
-    """(n_splits, chunk): keys per split between DECODE_MIN_CHUNK and DECODE_MAX_CHUNK, enough
-    splits for batch * n_head * n_splits to reach DECODE_BLOCKS_PER_SM blocks per multiprocessor."""
-    want = -(-DECODE_BLOCKS_PER_SM * n_sm // (batch * n_head))
-    lo = -(-max_len // DECODE_MAX_CHUNK)
-    hi = max(lo, -(-max_len // DECODE_MIN_CHUNK))
-    splits = min(max(want, lo), hi)
-    chunk = -(-max_len // splits)
-    chunk = min(DECODE_MAX_CHUNK, -(-chunk // 8) * 8)  # whole rounds of the kernel's 8 key groups
-    return -(-max_len // chunk), chunk
-
-
-class DecodeWorkspace:
-    """Scratch of attention_decode for one (batch, n_head): split partials and the per-(row, head)
-    arrival counters (zeroed here; the kernel leaves them zero). Grows only when a call needs
-    more splits than it holds; allocate (call once) before capturing a CUDA graph."""
-
-    def __init__(self, batch: int, n_head: int, max_splits: int):
-        self.batch, self.n_head, self.max_splits = batch, n_head, max_splits
-        self.part_acc = cp.empty(batch * n_head * max_splits * HEAD_DIM, cp.float32)  # [B, H, splits, 64]
-        self.part_ml = cp.empty(batch * n_head * max_splits * 2, cp.float32)  # [B, H, splits, (max, sum)]
-        self.counters = cp.zeros(batch * n_head, cp.int32)  # [B, H]
-
-
-_workspaces: dict[tuple, DecodeWorkspace] = {}
-
-
-def decode_workspace(batch: int, n_head: int, n_splits: int, stream=None) -> DecodeWorkspace:
-    """The workspace kept for (device, stream, batch, n_head); regrown (to the next power of two
-    of splits, at least 32) only when n_splits exceeds it. One per stream: the counters of two
-    streams must never be shared."""
-    s = stream if stream is not None else cp.cuda.get_current_stream()
-    key = (cp.cuda.Device().id, s.ptr, batch, n_head)
-    ws = _workspaces.get(key)
-    if ws is None or ws.max_splits < n_splits:
-        cap = max(32, 1 << (n_splits - 1).bit_length())
-        ws = _workspaces[key] = DecodeWorkspace(batch, n_head, cap)
-    return ws
+def decode_ranks(batch: int, n_head: int) -> int:
+    """Blocks per (row, head) of attention_decode_f32 (its cluster size, compiled in): 8, 4, 2 or 1,
+    the most whose batch * n_head * ranks stays within DECODE_BLOCKS_PER_SM blocks per
+    multiprocessor (measured, version 16: gpt2 batch 1 at 8, batch 8 at 4); one block on
+    devices before sm_90, which have no clusters (every chunk then a round of that block)."""
+    if int(cp.cuda.Device().compute_capability) < 90:
+        return 1
+    ranks = DECODE_MAX_CLUSTER
+    while ranks > 1 and batch * n_head * ranks > DECODE_BLOCKS_PER_SM * sm_count():
+        ranks //= 2
+    return ranks
 
 
 def attention_decode(q, k_cache, v_cache, lengths, out, *, n_head: int, q_stride: int, cache_batch_stride: int,
-                     max_len: int, stream=None, workspace: DecodeWorkspace | None = None) -> None:
+                     max_len: int, stream=None) -> None:
     """out [B, D]: row b's query (at q.data.ptr + b * q_stride) over keys 0 .. lengths[b] - 1 of its cache
     (key t at k_cache.data.ptr + b * cache_batch_stride + t * D; v_cache likewise).
 
     lengths: int32 [B] on the device, each in 1 .. max_len (a row outside that range gets NaN);
-    max_len: a host bound on lengths that sizes the split grid (pass n_ctx to keep the launch the
-    same at every step, e.g. inside a CUDA graph). workspace: defaults to decode_workspace(...).
+    max_len: a host bound on lengths (the cache span checked; the launch does not depend on it,
+    so one captured graph serves every step). The keys go in chunks of 64 to decode_ranks(B, H)
+    blocks per (row, head), a cluster on sm_90 combined through distributed shared memory.
     """
     d = _width(n_head)
     _array("out", out)
@@ -395,12 +368,10 @@ def attention_decode(q, k_cache, v_cache, lengths, out, *, n_head: int, q_stride
     ]
     _no_overlap("out", out_span, spans)
 
-    n_splits, chunk = decode_plan(b, n_head, max_len, sm_count())
-    ws = workspace if workspace is not None else decode_workspace(b, n_head, n_splits, stream)
-    if (ws.batch, ws.n_head) != (b, n_head) or ws.max_splits < n_splits:
-        raise ValueError(f"workspace holds (batch {ws.batch}, {ws.n_head} heads, {ws.max_splits} splits); "
-                         f"this call needs ({b}, {n_head}, {n_splits})")
-    args = (q, np.int32(q_stride), k_cache, v_cache, np.int64(cbs), lengths, out, np.int32(d),
-            np.int32(max_len), np.int32(chunk), ws.part_acc, ws.part_ml, ws.counters)
-    launch(kernel("attention", "attention_decode_f32"), (n_splits, n_head, b), (DECODE_THREADS,), args,
+    if b > 65535:
+        raise ValueError(f"attention_decode takes at most 65535 rows; got {b}")
+    args = (q, np.int32(q_stride), k_cache, v_cache, np.int64(cbs), lengths, out, np.int32(d), np.int32(max_len))
+    ranks = decode_ranks(b, n_head)
+    launch(kernel("attention", "attention_decode_f32", (("ATTN_DEC_CLUSTER", ranks),)), (ranks, n_head, b),
+           (DECODE_THREADS,), args,
            stream=stream, programmatic=True)

@@ -115,6 +115,35 @@ def test_decode_matches_float64(chk, torch_cuda, case):
     _assert_all(chk.check_decode(torch_cuda, np.random.default_rng(len(lengths) * d), lengths, d, scale, n_ctx, tight))
 
 
+@pytest.mark.parametrize("ranks", [1, 2, 4, 8])
+def test_decode_any_cluster_size(chk, torch_cuda, monkeypatch, ranks):
+    """Blocks per (row, head) 1 (one block, every chunk of 64 keys a round of its online softmax,
+    as on pre-Hopper devices), 2, 4 and 8 (clusters): rows around the chunk and round edges, fresh
+    random data, each within the float64 judge's limit."""
+    from gpt2block.backends import cuda_attention as ca
+
+    monkeypatch.setattr(ca, "decode_ranks", lambda batch, n_head: ranks)
+    rng = np.random.default_rng()
+    for lengths, d in (([1, 63, 64, 65, 129, 200], 768), ([513, 1024, 2, 64 * ranks + 1], 1600)):
+        _assert_all(chk.check_decode(torch_cuda, rng, lengths, d, 1.0, 1024, False))
+
+
+def test_decode_ranks_by_batch(cp):
+    """gpt2's 12 heads: 8 blocks per (row, head) at batch 1, 4 at batch 8 (H200, 132 SMs), 1 at 512."""
+    from gpt2block.backends import cuda_attention as ca
+
+    if int(cp.cuda.Device().compute_capability) < 90:
+        assert ca.decode_ranks(1, 12) == 1
+        return
+    sms = ca.sm_count()
+    for b in (1, 2, 8, 64, 512):
+        r = ca.decode_ranks(b, 12)
+        assert r in (1, 2, 4, 8) and (r == 1 or b * 12 * r <= ca.DECODE_BLOCKS_PER_SM * sms)
+        assert r == 8 or b * 12 * 2 * r > ca.DECODE_BLOCKS_PER_SM * sms
+    if sms == 132:
+        assert (ca.decode_ranks(1, 12), ca.decode_ranks(8, 12)) == (8, 4)
+
+
 def test_decode_repeats_bit_exactly(chk):
     _assert_all(chk.check_decode_repeat(np.random.default_rng(5)))
 
