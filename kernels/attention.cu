@@ -39,8 +39,9 @@
 //     (const float* q, int q_stride, const float* k_cache, const float* v_cache,
 //      long long cache_batch_stride, const int* lengths, float* out, int D, int max_len)
 //     sm_90: grid (ATTN_DEC_CLUSTER, H, B), clusters of (ATTN_DEC_CLUSTER, 1, 1) compiled in
-//     (__cluster_dims__, so a plain launch forms them; gpt2block builds 8, 4 or 2 and picks one per
-//     (B, H): cuda_attention.decode_ranks); older targets: grid (1, H, B), ATTN_DEC_CLUSTER 1.
+//     (__cluster_dims__, so a plain launch forms them; gpt2block builds 8, 4, 2 or 1 and picks one
+//     per (B, H): cuda_attention.decode_ranks); older targets: grid (1, H, B), ATTN_DEC_CLUSTER 1.
+//     The ranks set the summation order, so a row's output bits depend on the batch it runs in.
 //     block (128, 1, 1), no dynamic shared memory (static 4.4 KB at 8 ranks).
 //     q: row b at q + b * q_stride; key t of row b at k_cache + b * cache_batch_stride + t * D (v likewise);
 //     lengths: [B] int32 on the device, 1 <= lengths[b] <= max_len (otherwise the row's output is NaN);
@@ -642,6 +643,8 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
     if (ranks > 1) cluster_arrive_relaxed();
     pdl_trigger();  // programmatic dependent launch (common.cuh): nothing is read before the wait
     pdl_wait();
+    // Every block of the cluster reads the same lengths[b] after the wait, so all agree on n_active
+    // (and so on whether rank 0 takes the lone-rank exit while others would store into it).
     const int len = lengths[b];
     const bool bad = len < 1 || len > max_len;
     // Ranks without a chunk leave at once (the cluster barrier waits only for threads that have
@@ -687,6 +690,7 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
     if (tid < 64) st_cluster_f32(&part[rank][tid], 0, a);
     if (tid == 64) st_cluster_f32(&part[rank][64], 0, m_run);
     if (tid == 65) st_cluster_f32(&part[rank][65], 0, l_run);
+    __syncwarp();              // the warps converged again before the .aligned barrier instruction
     cluster_arrive_release();  // the partial is rank 0's to read; the other ranks are done
     if (rank != 0) return;
     cluster_wait_acquire();
