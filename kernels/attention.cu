@@ -47,7 +47,10 @@
 //     lengths: [B] int32 on the device, 1 <= lengths[b] <= max_len (otherwise the row's output is NaN);
 //     out: [B, D] contiguous.  Chunk c (keys [64 c, 64 c + 64)) goes to rank c % ranks: a
 //     short row costs its own keys, not max_len's, and max_len only bounds the lengths.
-//     Takes part in programmatic dependent launch (common.cuh): reads nothing before pdl_wait().
+//     Takes part in programmatic dependent launch (common.cuh): before pdl_wait() it reads lengths
+//     and the keys / values at positions 0 .. lengths[b] - 2, so those must not be written by any
+//     kernel that may still be running (the decode step: earlier steps wrote them, and the step's
+//     ints were complete before its first kernel started); position lengths[b] - 1 and q after it.
 //     The partials are combined in rank order: bit-exact run to run.
 // ---------------------------------------------------------------------------------------------
 #include "common.cuh"
@@ -564,31 +567,40 @@ __device__ __forceinline__ void st_cluster_f32(float* p, int rank, float v) {
 #endif
 }
 
-// One round of attention_decode_f32: keys [k0, min(k0 + 64, len)) of one (row, head) (k, v: the
-// head's columns of key 0, lane16's float4 already added; row stride D) folded into the running
-// max m, sum l and this group's P V o with the online softmax. q pre-scaled by 1/8; sc [64],
-// scratch [32], stat [4]: shared. Ends with a barrier, so the next round may reuse sc and stat.
-__device__ __forceinline__ void attn_dec_round(const float4& qv, const float* __restrict__ k,
-                                               const float* __restrict__ v, int D, int k0, int len, float* sc,
-                                               float* scratch, float* stat, float& m_run, float& l_run,
-                                               float4& o) {
-    const int tid = threadIdx.x, lane16 = tid & 15, grp = tid >> 4;
-    const unsigned half_mask = 0xffffu << (tid & 16);  // the 16 lanes of this thread's group
-    const int n = min(ATTN_DEC_CHUNK, len - k0);       // >= 1
-    constexpr int PER_GROUP = ATTN_DEC_CHUNK / 8;
-    // every key and value of the round in flight at once: group grp takes keys grp + 8j
-    float4 kr[PER_GROUP], vr[PER_GROUP];
+// A round's keys and values in registers: group grp takes keys grp + 8j of [k0, k0 + n), all in
+// flight at once (k, v: the head's columns of key 0, lane16's float4 already added; row stride D).
+// (A plain `i < n` test: the compiler predicates the loads; any further condition on them made
+// it branch around each, which measured slower.) ISSUED: each load by ld_pre_wait4 (common.cuh),
+// so that it stays where it is written, before pdl_wait (read-only loads are moved past it).
+#define ATTN_DEC_PER_GROUP (ATTN_DEC_CHUNK / 8)
+template <bool ISSUED>
+__device__ __forceinline__ void attn_dec_load(const float* __restrict__ k, const float* __restrict__ v, int D,
+                                              int k0, int n, float4 (&kr)[ATTN_DEC_PER_GROUP],
+                                              float4 (&vr)[ATTN_DEC_PER_GROUP]) {
+    const int grp = threadIdx.x >> 4;
 #pragma unroll
-    for (int j = 0; j < PER_GROUP; ++j) {
+    for (int j = 0; j < ATTN_DEC_PER_GROUP; ++j) {
         const int i = grp + 8 * j;
         if (i < n) {
             const size_t off = (size_t)(k0 + i) * D;
-            kr[j] = *reinterpret_cast<const float4*>(k + off);
-            vr[j] = *reinterpret_cast<const float4*>(v + off);
+            kr[j] = ISSUED ? ld_pre_wait4(k + off) : *reinterpret_cast<const float4*>(k + off);
+            vr[j] = ISSUED ? ld_pre_wait4(v + off) : *reinterpret_cast<const float4*>(v + off);
         }
     }
+}
+
+// One round of attention_decode_f32 on keys [k0, k0 + n) already loaded (attn_dec_load), folded
+// into the running max m, sum l and this group's P V o with the online softmax. q pre-scaled by
+// 1/8; sc [64], scratch [32], stat [4]: shared. Ends with a barrier, so the next round may reuse
+// sc and stat.
+__device__ __forceinline__ void attn_dec_fold(const float4& qv, const float4 (&kr)[ATTN_DEC_PER_GROUP],
+                                              const float4 (&vr)[ATTN_DEC_PER_GROUP], int n, float* sc,
+                                              float* scratch, float* stat, float& m_run, float& l_run,
+                                              float4& o) {
+    const int tid = threadIdx.x, lane16 = tid & 15, grp = tid >> 4;
+    const unsigned half_mask = 0xffffu << (tid & 16);  // the 16 lanes of this thread's group
 #pragma unroll
-    for (int j = 0; j < PER_GROUP; ++j) {
+    for (int j = 0; j < ATTN_DEC_PER_GROUP; ++j) {
         const int i = grp + 8 * j;
         if (i >= n) break;
         // Only this 16-lane group runs this iteration (the warp's other group may have one
@@ -641,10 +653,12 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
     // First half of the barrier's first phase: once every block has arrived, all have started,
     // so rank 0's shared memory exists before anyone stores into it.
     if (ranks > 1) cluster_arrive_relaxed();
-    pdl_trigger();  // programmatic dependent launch (common.cuh): nothing is read before the wait
-    pdl_wait();
-    // Every block of the cluster reads the same lengths[b] after the wait, so all agree on n_active
-    // (and so on whether rank 0 takes the lone-rank exit while others would store into it).
+    pdl_trigger();  // programmatic dependent launch (common.cuh)
+    // Before the wait: the row's length and the keys / values of earlier steps (positions
+    // 0 .. len - 2), which no kernel of this step writes (the step's ints and those positions
+    // were complete before its first kernel started; see the top). Every block of the cluster
+    // reads the same lengths[b], so all agree on n_active (and so on whether rank 0 takes the
+    // lone-rank exit while others would store into it).
     const int len = lengths[b];
     const bool bad = len < 1 || len > max_len;
     // Ranks without a chunk leave at once (the cluster barrier waits only for threads that have
@@ -652,26 +666,45 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
     const int n_chunks = (len + ATTN_DEC_CHUNK - 1) / ATTN_DEC_CHUNK;
     const int n_active = bad ? 1 : min(ranks, n_chunks);
     if (rank >= n_active) return;
+    const size_t row_off = (size_t)b * (size_t)cache_batch_stride + (size_t)h * 64 + lane16 * 4;
+    const float* krow = k_cache + row_off;
+    const float* vrow = v_cache + row_off;
+    // The first round straight-line, later ones (rows longer than 64 x ranks) in a loop: inside a
+    // loop the compiler branches around each load of `if (i < n)` instead of predicating it,
+    // which measured 0.5 us slower per call.
+    const int k0 = rank * ATTN_DEC_CHUNK;
+    const int n0 = bad ? 0 : min(ATTN_DEC_CHUNK, len - k0);
+    float4 kr[ATTN_DEC_PER_GROUP], vr[ATTN_DEC_PER_GROUP];
+    const int i_new = len - 1 - k0;  // this step's key in the first round (if < n0)
+    attn_dec_load<true>(krow, vrow, D, k0, min(n0, i_new), kr, vr);  // the keys before it
+    pdl_wait();
     float* orow = out + (size_t)b * D + h * 64;
     if (bad) {
         if (tid < 64) orow[tid] = __int_as_float(0x7fc00000);
         return;
     }
-
-    const size_t row_off = (size_t)b * (size_t)cache_batch_stride + (size_t)h * 64 + lane16 * 4;
     float4 qv = *reinterpret_cast<const float4*>(q + (size_t)b * q_stride + h * 64 + lane16 * 4);
+    // this step's key and value (written by the kernel before), where they fall in the first
+    // round: one load by its group, then moved into place by selects
+    if (i_new < n0 && (i_new & 7) == grp) {
+        const float4 kn = *reinterpret_cast<const float4*>(krow + (size_t)(len - 1) * D);
+        const float4 vn = *reinterpret_cast<const float4*>(vrow + (size_t)(len - 1) * D);
+#pragma unroll
+        for (int j = 0; j < ATTN_DEC_PER_GROUP; ++j) {
+            if (grp + 8 * j == i_new) { kr[j] = kn; vr[j] = vn; }
+        }
+    }
+
     qv.x *= ATTN_SCALE; qv.y *= ATTN_SCALE; qv.z *= ATTN_SCALE; qv.w *= ATTN_SCALE;
 
     float m_run = attn_neg_inf(), l_run = 0.f;       // the rank's running max and sum (block-uniform)
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);      // this group's P V over the rank's keys, dims 4 lane16 ..
-    // The first round straight-line, later ones (rows longer than 64 x ranks) in a loop: inside a
-    // loop the compiler branches around each load of `if (i < n)` instead of predicating it,
-    // which measured 0.5 us slower per call.
-    attn_dec_round(qv, k_cache + row_off, v_cache + row_off, D, rank * ATTN_DEC_CHUNK, len, sc, red[0], stat,
-                   m_run, l_run, o);
-    for (int c = rank + ranks; c < n_chunks; c += ranks)
-        attn_dec_round(qv, k_cache + row_off, v_cache + row_off, D, c * ATTN_DEC_CHUNK, len, sc, red[0], stat,
-                       m_run, l_run, o);
+    attn_dec_fold(qv, kr, vr, n0, sc, red[0], stat, m_run, l_run, o);
+    for (int c = rank + ranks; c < n_chunks; c += ranks) {
+        const int n = min(ATTN_DEC_CHUNK, len - c * ATTN_DEC_CHUNK);
+        attn_dec_load<false>(krow, vrow, D, c * ATTN_DEC_CHUNK, n, kr, vr);
+        attn_dec_fold(qv, kr, vr, n, sc, red[0], stat, m_run, l_run, o);
+    }
 
     // the 8 groups' P V added in group order; lane16 of group grp owns dims 4 lane16 .. + 3
     *reinterpret_cast<float4*>(&red[grp][lane16 * 4]) = o;

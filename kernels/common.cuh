@@ -180,6 +180,31 @@ __device__ __forceinline__ float4 attn_pv16(const float* p, const float4 (&v)[PE
     return o;
 }
 
+// Loads issued before pdl_wait(): weights, and data that was complete before the kernel's
+// stream position (so the usual kernel-boundary visibility covers them; nothing still running
+// writes them). ptxas moves read-only loads (ld.global.nc, __ldg) past griddepcontrol.wait, even
+// from a volatile asm: in the SASS every weight load of the projection GEMVs came after the wait
+// (docs/PERFORMANCE.md, version 17). It keeps a plain ld.global before it. PRE_WAIT_LD: the load
+// instruction (an A/B switch; "ld.relaxed.gpu.global", served from L2, measured 1-2% slower).
+#ifndef PRE_WAIT_LD
+#define PRE_WAIT_LD "ld.global"
+#endif
+__device__ __forceinline__ float ld_pre_wait(const float* p) {
+    float v;
+    asm volatile(PRE_WAIT_LD ".f32 %0, [%1];\n" : "=f"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ float4 ld_pre_wait4(const void* p) {
+    float4 v;
+    asm volatile(PRE_WAIT_LD ".v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint4 ld_pre_wait4u(const void* p) {
+    uint4 v;
+    asm volatile(PRE_WAIT_LD ".v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
 // Loads of read-only global data issued where they are written (volatile asm: the compiler may
 // not sink them past the barriers that follow), so their latency overlaps those waits.
 __device__ __forceinline__ float ld_nc_issued(const float* p) {

@@ -272,22 +272,17 @@ struct GemvNt {
 };
 
 template <bool BF16>
-struct GemvRaw;  // 16 raw bytes of weights, loaded with a volatile asm so that the load is
-                 // issued where it is written (before the prologue's barriers), not sunk past them
+struct GemvRaw;  // 16 raw bytes of weights, loaded by ld_pre_wait4 (common.cuh) so that the first
+                 // batch is issued where it is written, before pdl_wait, not sunk past it
 template <>
 struct GemvRaw<false> {
     typedef float4 T;
-    __device__ static __forceinline__ float4 load(const void* p) { return ld_nc_issued4(p); }
+    __device__ static __forceinline__ float4 load(const void* p) { return ld_pre_wait4(p); }
 };
 template <>
 struct GemvRaw<true> {
     typedef uint4 T;
-    __device__ static __forceinline__ uint4 load(const void* p) {
-        uint4 v;
-        asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-        return v;
-    }
+    __device__ static __forceinline__ uint4 load(const void* p) { return ld_pre_wait4u(p); }
 };
 
 // A row's sum and sum of squares in float64 over the warp (lane l: pieces l, l + 32, ... of the
@@ -412,7 +407,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     const int e_r = lane % LPS, e_m = lane / LPS;
     float e_bias = 0.0f, e_res = 0.0f;
     auto epi_bias = [&](int n0) {
-        if (EPI != GEMV_EPI_NONE && e_r < ROWS && n0 + e_r < N) e_bias = __ldg(bias + n0 + e_r);
+        if (EPI != GEMV_EPI_NONE && e_r < ROWS && n0 + e_r < N) e_bias = ld_pre_wait(bias + n0 + e_r);
     };
     auto epi_res = [&](int n0) {
         if (EPI == GEMV_EPI_RESIDUAL && slice == 0 && e_r < ROWS && e_m < M && n0 + e_r < N)
