@@ -20,7 +20,7 @@ Decode (batch <= 8) can run every block in one persistent kernel, decode_layers_
 the same five steps below as phases, the blocks of the grid meeting at a barrier between them),
 where its activations and weight ring fit one SM's shared memory: fused_decode=True, or "auto"
 (the default), which picks it where it measured faster (fused_auto; docs/PERFORMANCE.md, versions
-4, 12, 14 and 15): from n_embd FUSED_AUTO_MIN_D on (gpt2-xl).
+4, 12, 14, 15 and 17): bf16 weights from n_embd FUSED_AUTO_MIN_D on (gpt2-xl).
 Otherwise five kernels per block:
     qkv = LN(x) @ W_qkv + b; K, V -> cache   gemv_*_nt_ln_bias_kv
     a = attention(q, cache)           attention_decode_f32
@@ -53,18 +53,20 @@ from .base import Cache, Runner, check_ids
 # precision mode -> (GEMM variant, attention variant); bf16 mode stores the decode matrices as bf16
 VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32"), "bf16": ("tf32x3", "tf32x3f")}
 MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
-FUSED_AUTO_MIN_D = 1600  # fused_decode="auto": only gpt2-xl is faster fused (version 15; fused_auto)
+FUSED_AUTO_MIN_D = 1600  # fused_decode="auto": only gpt2-xl with bf16 weights is faster fused (version 17)
 
 
-def fused_auto(n_embd: int) -> bool:
-    """fused_decode="auto": whether a decode step runs decode_layers, for every batch and weight
-    mode alike. Measured on the H200 (docs/PERFORMANCE.md, version 15; tok/s, fused vs five
-    kernels): gpt2 (128 steps) fp32 1 token 3,318 vs 3,391 before the GEMVs' LayerNorm went per
-    warp (3,637 after), 2 tokens 5,943 vs 6,301, 8 tokens 14,316 vs 20,759; bf16 3,639 / 6,193 /
-    16,456 vs 4,123 / 7,427 / 21,135. gpt2-medium (48 steps) fp32 1 token 1,453 vs 1,505, 8 tokens
-    6,018 vs 7,978; gpt2-large 1 token 720 vs 810. gpt2-xl, 1 token: fp32 437 vs 408, bf16 594
-    vs 545 (at 8 tokens its activations do not fit the fused kernel)."""
-    return n_embd >= FUSED_AUTO_MIN_D
+def fused_auto(n_embd: int, precision: str = "fp32") -> bool:
+    """fused_decode="auto": whether a decode step runs decode_layers, for every batch alike.
+    Measured on the H200 (docs/PERFORMANCE.md, versions 15 and 17; tok/s, fused vs five kernels):
+    gpt2 (128 steps) fp32 1 token 3,318 vs 3,391 before the GEMVs' LayerNorm went per warp (3,637
+    after), 2 tokens 5,943 vs 6,301, 8 tokens 14,316 vs 20,759; bf16 3,639 / 6,193 / 16,456 vs
+    4,123 / 7,427 / 21,135. gpt2-medium (48 steps) fp32 1 token 1,453 vs 1,505, 8 tokens 6,018 vs
+    7,978; gpt2-large 1 token 720 vs 810. gpt2-xl, 1 token: version 15 fp32 437 vs 408, bf16 594
+    vs 545; version 17 (the five kernels' weights now loaded before each wait) fp32 437 vs 469,
+    bf16 595 vs 569. So only bf16 weights at gpt2-xl's width (at 8 tokens its activations do not
+    fit the fused kernel)."""
+    return n_embd >= FUSED_AUTO_MIN_D and precision == "bf16"
 
 
 class BlockWorkspace:
@@ -325,7 +327,7 @@ class CudaRunner(Runner):
         """Whether this step runs its blocks in the one decode_layers kernel."""
         fused = self.fused_decode
         if fused == "auto":
-            fused = fused_auto(self.config.n_embd)
+            fused = fused_auto(self.config.n_embd, self.precision)
         if not fused:
             return False
         if self._fused is None:
