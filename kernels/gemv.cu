@@ -47,8 +47,8 @@
 //     then (8 / wpr) R G further, ..., its wpr warps splitting K; R = GemvNt<>::ROWS of the build
 //     (2; 4 at 8 tokens for bf16 weights and for the float32 LM head, gemv_f32_nt_ln_m8). gpt2block
 //     (gemv_nt_plan): the fewest wpr that give ceil(N / ((8 / wpr) R)) >= 2 blocks per SM, G that
-//     count capped at the resident blocks (GemvNt<>::MIN_BLOCKS per SM: 3; 2 at 4 rows; 4 for one
-//     float32 token). Any G and wpr give a correct result.
+//     count capped at the resident blocks (GemvNt<>::MIN_BLOCKS per SM: 3; 2 at 4 rows). Any G and
+//     wpr give a correct result.
 //     dynamic shared memory (M + 2) * K * 4 bytes for the _ln kernels (the normalized rows, then g
 //     and b; above 48 KB needs the opt-in attribute), else 0.
 
@@ -253,14 +253,14 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 #define GEMV_NT_MIN_BLOCKS 3  // resident blocks per SM the registers must allow (24 warps)
 #endif
 #ifndef GEMV_NT_MIN_BLOCKS_M1_F32
-#define GEMV_NT_MIN_BLOCKS_M1_F32 4  // the same for one token of float32 weights (64 registers)
+#define GEMV_NT_MIN_BLOCKS_M1_F32 3  // the same for one token of float32 weights
 #endif
 
 // Per build (MP tokens; bf16 weights or not; LM: the LM head, gemv_*_nt_ln): weight rows per warp
 // at a time, 16-byte chunks per row per lane in flight, and the resident blocks per SM its registers
-// must allow (2 at 4 rows; 4 for one float32 token, whose fewer registers let the next kernel's blocks
-// in beside it to load their weights early: +1.3% at one token, version 15; 3 otherwise, where 4
-// spilled and lost 3% at 2 tokens and with bf16).
+// must allow (2 at 4 rows; 3 otherwise: 4 spilled and lost 3% at 2 tokens and with bf16, version 15.
+// One float32 token has its own knob: 4 blocks measured +1.3% in version 15, while the weight loads
+// still came after pdl_wait; once they came before it, 3 blocks measured +3.1%, version 17).
 template <int MP, bool BF16, bool LM>
 struct GemvNt {
     static constexpr int ROWS = MP < 8 ? GEMV_NT_ROWS : BF16 ? GEMV_NT_ROWS_M8_BF16 : LM ? GEMV_NT_ROWS_M8_LM

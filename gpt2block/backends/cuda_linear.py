@@ -390,10 +390,10 @@ def gemm_nt(a, b, out, *, variant="tf32x3", stream=None, tile=None):
 _GEMV_THREADS, _GEMV_RPP, _GEMV_UNROLL, _GEMV_TPR = 256, 32, 4, 8  # as in kernels/gemv.cu
 _GEMV_NT_THREADS = 256  # GEMV_NT_THREADS
 # GemvNt in kernels/gemv.cu: the outputs per warp at a time (GEMV_NT_ROWS; at 8 tokens by weight type,
-# the LM head apart) and the resident blocks per SM that the registers allow (3; 2 at 4 rows; 4 for
-# one float32 token); more rows loop in a warp
+# the LM head apart) and the resident blocks per SM that the registers allow (3; 2 at 4 rows; one
+# float32 token has its own knob, also 3); more rows loop in a warp
 _GEMV_NT_DEFAULTS = {"GEMV_NT_ROWS": 2, "GEMV_NT_ROWS_M8_F32": 2, "GEMV_NT_ROWS_M8_LM": 4, "GEMV_NT_ROWS_M8_BF16": 4,
-                     "GEMV_NT_MIN_BLOCKS": 3, "GEMV_NT_MIN_BLOCKS_M1_F32": 4}
+                     "GEMV_NT_MIN_BLOCKS": 3, "GEMV_NT_MIN_BLOCKS_M1_F32": 3}
 NT_DEFINES: tuple = ()  # extra #defines of the nt kernels (tuning runs: GEMV_NT_UNROLL, GEMV_NT_MIN_BLOCKS)
 _GEMV_BLOCKS_PER_SM = 4  # split-K target: about this many blocks per SM
 _workspaces: dict = {}
