@@ -110,7 +110,11 @@ __device__ __forceinline__ float gelu_tanh(float z) {
 //   pdl_trigger()  this block lets the next kernel start launching (it still waits, below);
 //   pdl_wait()     returns once every kernel before this one has finished and its writes are
 //                  visible. Nothing a predecessor writes may be read, and nothing a predecessor
-//                  reads may be written, before it; read-only data (weights) may be.
+//                  reads may be written, before it; read-only data (weights) may be, and so may
+//                  data written only by work that finished before the last plain (not
+//                  programmatic) launch ahead of this kernel (attention_decode_f32's lengths and
+//                  older keys: a decode step starts with a plain launch). Such reads must use
+//                  ld_pre_wait* (below), or ptxas may move them past the wait.
 // Without the attribute the wait returns at once: the kernel is correct under a plain launch.
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -180,9 +184,9 @@ __device__ __forceinline__ float4 attn_pv16(const float* p, const float4 (&v)[PE
     return o;
 }
 
-// Loads issued before pdl_wait(): weights, and data that was complete before the kernel's
-// stream position (so the usual kernel-boundary visibility covers them; nothing still running
-// writes them). ptxas moves read-only loads (ld.global.nc, __ldg) past griddepcontrol.wait, even
+// Loads issued before pdl_wait(): weights, and data written only by work that finished before
+// the last plain launch ahead of the kernel (so the usual kernel-boundary visibility covers them;
+// nothing still running writes them). ptxas moves read-only loads (ld.global.nc, __ldg) past griddepcontrol.wait, even
 // from a volatile asm: in the SASS every weight load of the projection GEMVs came after the wait
 // (docs/PERFORMANCE.md, version 17). It keeps a plain ld.global before it. PRE_WAIT_LD: the load
 // instruction (an A/B switch; "ld.relaxed.gpu.global", served from L2, measured 1-2% slower).
@@ -205,8 +209,9 @@ __device__ __forceinline__ uint4 ld_pre_wait4u(const void* p) {
     return v;
 }
 
-// Loads of read-only global data issued where they are written (volatile asm: the compiler may
-// not sink them past the barriers that follow), so their latency overlaps those waits.
+// Loads of read-only global data from a volatile asm, meant to be issued where they are written so
+// that their latency overlaps the barriers that follow (decode_layers.cu). ptxas may still move them
+// past griddepcontrol.wait (see ld_pre_wait above); not checked for decode_layers' grid barriers.
 __device__ __forceinline__ float ld_nc_issued(const float* p) {
     float v;
     asm volatile("ld.global.nc.f32 %0, [%1];\n" : "=f"(v) : "l"(p));

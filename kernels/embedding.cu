@@ -4,7 +4,9 @@
 //
 // Launch: grid = T, block = 128 (threads stride over D / 4 float4s). Requires D % 4 == 0.
 // ids and pos were checked on the host (0 <= id < vocab, 0 <= pos < n_ctx).
-// Lets the next kernel launch early (pdl_trigger; common.cuh) and reads after pdl_wait().
+// Lets the next kernel launch early (pdl_trigger; common.cuh) and reads after pdl_wait(). gpt2block
+// launches it plainly, never programmatically: a decode step's later kernels rely on everything
+// before the step having finished (attention_decode_f32 reads lengths and older keys before its wait).
 #include "common.cuh"
 
 extern "C" __global__ void embedding_f32(

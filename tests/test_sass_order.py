@@ -46,12 +46,14 @@ def sass(tmp_path_factory):
         key = (source, defines)
         if key not in cache:
             out = tmp_path_factory.mktemp("sass") / "k.cubin"
-            subprocess.run([NVCC, "-std=c++17", "-gencode=arch=compute_90,code=sm_90", f"-I{kernels_dir()}",
-                            *defines, "-cubin", "-o", str(out), str(kernels_dir() / source)],
-                           check=True, capture_output=True, timeout=600)
+            cmd = [NVCC, "-std=c++17", "-gencode=arch=compute_90,code=sm_90", f"-I{kernels_dir()}",
+                   *defines, "-cubin", "-o", str(out), str(kernels_dir() / source)]
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stdout}\n{r.stderr}"
             cache[key] = out
-        r = subprocess.run([CUOBJDUMP, "-sass", "-fun", fn, str(cache[key])], check=True, capture_output=True,
-                           text=True, timeout=120)
+        cmd = [CUOBJDUMP, "-sass", "-fun", fn, str(cache[key])]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stdout}\n{r.stderr}"
         return r.stdout
 
     return get

@@ -294,6 +294,8 @@ class CudaRunner(Runner):
         c = self.config
         b = cache.batch
         d_ids, d_seq, d_pos, d_len = step[0], step[1], step[2], step[3]
+        # a plain launch (cuda_ops.embedding): the step's kernels after it find every earlier step
+        # finished, which attention_decode_f32 relies on (it reads lengths and older keys early)
         cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:b])
         if self._fused_fits(b):
             ws = self.ws

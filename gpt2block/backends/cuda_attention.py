@@ -341,6 +341,9 @@ def attention_decode(q, k_cache, v_cache, lengths, out, *, n_head: int, q_stride
     max_len: a host bound on lengths (the cache span checked; the launch does not depend on it,
     so one captured graph serves every step). The keys go in chunks of 64 to decode_ranks(B, H)
     blocks per (row, head), a cluster on sm_90 combined through distributed shared memory.
+    Launched programmatically (inside cuda_modules.programmatic_launches), the kernel reads lengths
+    and the keys / values at positions below lengths[b] - 1 before its pdl_wait: no kernel that may
+    still be running may write those (in a decode step, only the step's own position is written).
     """
     d = _width(n_head)
     _array("out", out)

@@ -4,7 +4,8 @@ CuPy launches with cuLaunchKernel, which takes no launch attributes. A kernel la
 carries CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: it may begin while the kernel
 before it in the stream is still running, as soon as every block of that kernel has executed
 ``griddepcontrol.launch_dependents`` (kernels/common.cuh, pdl_trigger), and it must call
-``griddepcontrol.wait`` (pdl_wait) before it reads anything its predecessors write. Captured
+``griddepcontrol.wait`` (pdl_wait) before it reads anything a kernel that may still be running
+writes (common.cuh states what may be read before the wait). Captured
 into a CUDA graph the relation becomes a programmatic edge, so a decode step's kernels overlap
 their launch and their weight reads with the tail of the kernel before.
 

@@ -89,8 +89,9 @@ def programmatic_launches(enabled: bool = True):
 
 def launch(k: cp.RawKernel, grid, block, args, shared_mem: int = 0, stream=None, programmatic: bool = False) -> None:
     """Launch ``k``; launch errors raise at once (CuPy checks cuLaunchKernel's return).
-    ``programmatic``: ``k`` calls pdl_wait() before reading its inputs (kernels/common.cuh), so
-    inside programmatic_launches() it may start before the kernel ahead of it has finished."""
+    ``programmatic``: ``k`` calls pdl_wait() before reading what the kernels ahead of it write
+    (kernels/common.cuh: what it reads earlier is weights, or data finished before the last plain
+    launch), so inside programmatic_launches() it may start before the kernel ahead has finished."""
     grid = tuple(int(g) for g in grid)
     if min(grid) <= 0:
         raise ValueError(f"{k.name}: empty grid {grid}")

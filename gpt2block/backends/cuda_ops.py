@@ -90,6 +90,9 @@ def embedding(ids, pos, wte, wpe, x) -> None:
     if ids.dtype != cp.int32 or pos.dtype != cp.int32 or ids.shape != (t,) or pos.shape != (t,):
         raise ValueError(f"ids and pos must be int32 of shape ({t},)")
     k = kernel("embedding", "embedding_f32")
+    # A plain launch, never programmatic: a decode step starts with it, so every earlier step has
+    # finished when its later kernels start; attention_decode_f32 relies on that to read the
+    # lengths and the older keys before its pdl_wait (kernels/attention.cu).
     launch(k, (t,), (128,), (ids, pos, wte, wpe, x, cp.int32(d)))
 
 
