@@ -252,7 +252,13 @@ GW_KERNEL(gemm_wg_tf32_nt, 1, GEMM_EPI_NONE)
 //   gemm_wg_split_planes_nk: W^T [N, K] already (wte for the LM head).
 // KP = K rounded up to whole k tiles of 32 (zeros past K); position p of a k tile holds column
 // gw_plane_col(p) of that tile (the order of A's register fragments, gemm_wg_body).
-// Launch: block (32, 8), grid (ceil(N / 32), ceil(K / 32)); any N, K (the GEMM needs K % 4 == 0).
+// Launch: block (32, 8), grid (ceil(N / GW_PLANES_N), ceil(K / 32)) for _kn (a block transposes a
+// 32 x GW_PLANES_N tile of W), (ceil(N / 32), ceil(K / 32)) for _nk; any N, K (the GEMM needs
+// K % 4 == 0).
+
+#ifndef GW_PLANES_N
+#define GW_PLANES_N 64  // W's columns per block of _kn: 8 loads in flight per thread (32: 4, version 17)
+#endif
 
 // The k tile's column held at position p = 8 kk + 4 e + t: 8 t + 2 kk + e.
 __device__ __forceinline__ int gw_plane_col(int p) {
@@ -269,14 +275,19 @@ __device__ __forceinline__ int gw_plane_row(int K) { return (K + GW_BK - 1) / GW
 
 extern "C" __global__ void __launch_bounds__(256) gemm_wg_split_planes_kn(
     const float* __restrict__ W, float* __restrict__ P, int K, int N, int planes) {
-    __shared__ float tile[32][33];
-    const int n0 = blockIdx.x * 32, k0 = blockIdx.y * 32, KP = gw_plane_row(K);
-    for (int i = threadIdx.y; i < 32; i += 8) {  // read rows k0 + i, columns n0 + threadIdx.x
-        const int k = k0 + i, n = n0 + threadIdx.x;
-        tile[i][threadIdx.x] = k < K && n < N ? W[(long long)k * N + n] : 0.0f;
+    __shared__ float tile[32][GW_PLANES_N + 1];  // [k][n]: reads of a column tile[.][n] hit 32 banks
+    const int n0 = blockIdx.x * GW_PLANES_N, k0 = blockIdx.y * 32, KP = gw_plane_row(K);
+#pragma unroll
+    for (int i = threadIdx.y; i < 32; i += 8) {  // read rows k0 + i, columns n0 + threadIdx.x + 32 j
+#pragma unroll
+        for (int j = 0; j < GW_PLANES_N / 32; ++j) {
+            const int k = k0 + i, n = n0 + threadIdx.x + 32 * j;
+            tile[i][threadIdx.x + 32 * j] = k < K && n < N ? W[(long long)k * N + n] : 0.0f;
+        }
     }
     __syncthreads();
-    for (int i = threadIdx.y; i < 32; i += 8) {  // write rows n0 + i, positions k0 + threadIdx.x
+#pragma unroll
+    for (int i = threadIdx.y; i < GW_PLANES_N; i += 8) {  // write rows n0 + i, positions k0 + threadIdx.x
         const int n = n0 + i, p = k0 + threadIdx.x;
         if (n < N && p < KP)
             gw_split_store(P, (long long)N * KP, (long long)n * KP + p, tile[gw_plane_col(threadIdx.x)][i], planes);

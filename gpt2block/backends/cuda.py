@@ -478,6 +478,8 @@ _solve_ws: dict[tuple, BlockWorkspace] = {}  # (device, d) -> the solve() worksp
 SOLVE_VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32")}
 SOLVE_GRAPHS_MAX = 16  # captured solve calls kept per device (least recently used dropped)
 SOLVE_SEEN_MAX = 4096  # keys remembered as run once (forgotten all at once beyond this)
+SOLVE_PLANES_SCHEDULE = "side_first"  # where solve() makes its weight planes (see solve_device's body);
+                                      # "start" and "side_first" kept for A/B runs
 
 
 class _ForwardGraphs:
@@ -546,11 +548,13 @@ class _SolveGraphs:
     def __init__(self):
         self.stream = cp.cuda.Stream(non_blocking=True)  # on the device current at construction
         self.events = tuple(cp.cuda.Event(disable_timing=True) for _ in range(2))  # (ready, done)
-        # the weight planes are made on a second stream, forked from self.stream at a call's start:
-        # each matrix's GEMM waits only for its own planes, so the later ones' preparation runs
-        # beside the first LayerNorm, the QKV GEMM and attention (in a graph: a parallel branch)
+        # the weight planes are made on a second stream, forked from self.stream (SOLVE_PLANES_SCHEDULE:
+        # W_qkv's at the call's start, beside the first LayerNorm; the other three once the QKV GEMM
+        # is queued, beside attention): each matrix's GEMM waits only for its own planes (in a
+        # graph: parallel branches)
         self.side = cp.cuda.Stream(non_blocking=True)
         self.fork = cp.cuda.Event(disable_timing=True)
+        self.fork2 = cp.cuda.Event(disable_timing=True)
         self.planes_ready = {name: cp.cuda.Event(disable_timing=True) for name in MATRICES}
         self.graphs: "dict[tuple, tuple]" = {}  # key -> (graph, workspace), least recently used first
         self.seen: set = set()  # keys that ran eagerly once
@@ -665,23 +669,42 @@ def solve_device(x, output, weights, seq_len: int, precision: str = "fp32", d: i
             qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:], att, n_head=n_head, s_q=seq_len, s_kv=seq_len,
             causal=False, q_start=0, q_stride=3 * d, kv_stride=3 * d, variant=attn_variant)
 
+    def make_planes(names, fork=None):
+        # on the side stream after `fork` is reached on this one, or on this one (fork None)
+        if fork is not None:
+            fork.record()
+            graphs.side.wait_event(fork)
+        with graphs.side if fork is not None else cp.cuda.get_current_stream():
+            for name in names:
+                cuda_linear.prepare_planes(w[name], gemm_variant, out=planes[name])
+                graphs.planes_ready[name].record()
+                if fork is not None:
+                    side_last[:] = [graphs.planes_ready[name]]
+
+    side_last = []  # the side stream's last event, which this stream joins
+
     def body():
-        ready = None
+        ready, after_qkv = None, None
+        side_last.clear()
         if planes is not None:
-            # after the previous call's GEMMs (in this stream's order), which read the same planes
-            graphs.fork.record()
-            graphs.side.wait_event(graphs.fork)
-            with graphs.side:
-                for name in MATRICES:
-                    cuda_linear.prepare_planes(w[name], gemm_variant, out=planes[name])
-                    graphs.planes_ready[name].record()
+            # Every fork comes after the previous call's GEMMs (in this stream's order), which read
+            # the same planes. "main_first": W_qkv's planes on this stream, then the first LayerNorm;
+            # the other three on the side stream once the QKV GEMM is queued (beside attention).
+            # "start" (version 17): all four on the side stream at the start, which held the
+            # LayerNorm back until they were done (25 us); "side_first": W_qkv's there at the start.
+            sched = SOLVE_PLANES_SCHEDULE
+            if sched == "start":
+                make_planes(MATRICES, graphs.fork)
+            else:
+                make_planes(MATRICES[:1], graphs.fork if sched == "side_first" else None)
+                after_qkv = lambda qkv: make_planes(MATRICES[1:], graphs.fork2)  # noqa: E731
             ready = graphs.planes_ready
         try:
             # x is only read; the residual stream after attention lives in output
             run_block(w, xa, ws, seq_len, eps=1e-5, gemm_variant=gemm_variant, attend=attend, out=out,
-                      planes=planes, planes_ready=ready)
+                      planes=planes, planes_ready=ready, after_qkv=after_qkv)
         finally:
-            if ready is not None:  # joined even if run_block raised (a capture must end joined)
-                cp.cuda.get_current_stream().wait_event(ready[MATRICES[-1]])
+            if side_last:  # joined even if run_block raised (a capture must end joined)
+                cp.cuda.get_current_stream().wait_event(side_last[0])
 
     graphs.run((dev, xa.data.ptr, out.data.ptr, wflat.data.ptr, seq_len, precision), ws, body)

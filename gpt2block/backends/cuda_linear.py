@@ -208,6 +208,9 @@ WG_TILES = {
 }
 
 
+PLANES_N = 64  # W's columns per block of gemm_wg_split_planes_kn (GW_PLANES_N; 32 or 64)
+
+
 def plane_row(k: int) -> int:
     """The planes' row length for K: K rounded up to whole 32-wide k tiles (kernels/gemm_wgmma.cu)."""
     return -(-k // 32) * 32
@@ -280,8 +283,9 @@ def prepare_planes(w, variant: str, *, transposed: bool = False, stream=None, ou
         out = Planes(cp.empty((planes, n, plane_row(k)), cp.float32), variant, k)
     elif not isinstance(out, Planes) or out.variant != variant or (out.n, out.k) != (n, k):
         raise ValueError(f"out must be Planes of variant {variant!r} for N = {n}, K = {k}")
-    fn = kernel("gemm_wgmma", f"gemm_wg_split_planes_{'nk' if transposed else 'kn'}", _VARIANT_DEFINES[variant])
-    launch(fn, (_cdiv(n, 32), _cdiv(k, 32), 1), (32, 8, 1),
+    fn = kernel("gemm_wgmma", f"gemm_wg_split_planes_{'nk' if transposed else 'kn'}",
+                _VARIANT_DEFINES[variant] + (("GW_PLANES_N", PLANES_N),))
+    launch(fn, (_cdiv(n, 32 if transposed else PLANES_N), _cdiv(k, 32), 1), (32, 8, 1),
            (w, out.data, _i32(k, "K"), _i32(n, "N"), np.int32(planes)), 0, stream)
     return out
 
