@@ -2,7 +2,7 @@
 """A/B of where solve() makes its weight planes, and of the planes kernel's block width, in one process.
 
     python scripts/tune_solve_planes.py [--seq 1024] [--rounds 2] [--reps 50]
-        [--schedules start,side_first,main_first] [--planes-n 32,64]
+        [--schedules start,side_first,main_first] [--planes-n 64]
 
 For each round, schedule (cuda.SOLVE_PLANES_SCHEDULE) and width (cuda_linear.PLANES_N): the solve
 graphs are dropped (so the call is captured anew), then solve() at seq_len in fp32 and tf32 is
@@ -32,7 +32,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--schedules", default="start,side_first,main_first")
-    ap.add_argument("--planes-n", default="32,64")
+    ap.add_argument("--planes-n", default="64")
     a = ap.parse_args()
     gen = torch.Generator(device="cuda").manual_seed(a.seq)
     x = torch.rand(a.seq, 768, device="cuda", generator=gen) * 2 - 1

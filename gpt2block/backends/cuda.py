@@ -83,7 +83,8 @@ class BlockWorkspace:
 def run_block(w, x, ws: BlockWorkspace, t: int, *, eps: float, gemm_variant: str, attend, after_qkv=None,
               out=None, planes=None, planes_ready=None) -> None:
     """One block on the first t rows of x [>=t, D]: the result goes to ``out`` (default: x, in place).
-    ``attend(qkv [t,3D], att [t,D])`` runs attention; ``after_qkv(qkv)`` (optional) stores K and V.
+    ``attend(qkv [t,3D], att [t,D])`` runs attention; ``after_qkv(qkv)`` (optional) is called once
+    the QKV GEMM is queued (the model stores K and V there).
     ``planes``: the block's matrices prepared for the wgmma GEMM (prepare_block_planes), or None;
     ``planes_ready``: {name: event} the current stream waits for before that matrix's GEMM (planes
     made on another stream), or None."""
@@ -479,7 +480,7 @@ SOLVE_VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32")}
 SOLVE_GRAPHS_MAX = 16  # captured solve calls kept per device (least recently used dropped)
 SOLVE_SEEN_MAX = 4096  # keys remembered as run once (forgotten all at once beyond this)
 SOLVE_PLANES_SCHEDULE = "side_first"  # where solve() makes its weight planes (see solve_device's body);
-                                      # "start" and "side_first" kept for A/B runs
+                                      # "start" and "main_first" kept for A/B runs
 
 
 class _ForwardGraphs:
@@ -688,10 +689,13 @@ def solve_device(x, output, weights, seq_len: int, precision: str = "fp32", d: i
         side_last.clear()
         if planes is not None:
             # Every fork comes after the previous call's GEMMs (in this stream's order), which read
-            # the same planes. "main_first": W_qkv's planes on this stream, then the first LayerNorm;
-            # the other three on the side stream once the QKV GEMM is queued (beside attention).
-            # "start" (version 17): all four on the side stream at the start, which held the
-            # LayerNorm back until they were done (25 us); "side_first": W_qkv's there at the start.
+            # the same planes. "side_first": W_qkv's planes on the side stream at the call's start,
+            # beside the first LayerNorm; the other three once the QKV GEMM is queued, beside
+            # attention. "main_first": W_qkv's on this stream, before the LayerNorm. "start"
+            # (version 17): all four on the side stream at the start, which held the LayerNorm back
+            # until they were done. (In a graph, the root queued second starts 12-19 us after the
+            # first in a lone call, scripts/timeline_solve.py; back to back it costs nothing and
+            # side_first measured fastest, scripts/tune_solve_planes.py.)
             sched = SOLVE_PLANES_SCHEDULE
             if sched == "start":
                 make_planes(MATRICES, graphs.fork)

@@ -95,6 +95,39 @@ def test_solve_repeats_bit_for_bit_eager_captured_replayed(torch_cuda, cp, preci
         assert torch.equal(o, outs[0])
 
 
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+def test_solve_planes_schedules_give_the_same_bits(torch_cuda, cp, precision, monkeypatch):
+    """Where the weight planes are made (cuda.SOLVE_PLANES_SCHEDULE) moves only independent work:
+    every schedule, eager and replayed, gives the default's bits, and no planes are left stale when
+    the weights change between calls."""
+    from gpt2block.backends import cuda
+
+    torch = torch_cuda
+    s, x, w = _case(torch, 1024, True, seed=12)
+    w2 = w.clone()
+    w2[: w2.numel() // 2] *= 1.5
+    out = torch.empty_like(x)
+    want = {}
+    for weights, key in ((w, "a"), (w2, "b")):
+        out.fill_(float("nan"))
+        gpt2block.solve(x, out, weights, s, precision=precision)
+        torch.cuda.synchronize()
+        want[key] = out.clone()
+    assert torch.isfinite(want["a"]).all() and not torch.equal(want["a"], want["b"])
+    for sched in ("start", "side_first", "main_first"):
+        monkeypatch.setattr(cuda, "SOLVE_PLANES_SCHEDULE", sched)
+        cuda._solve_graphs.clear()
+        buf = w.clone()
+        for i in range(3):  # eager, captured, replayed; the weights change in place before the last
+            if i == 2:
+                buf.copy_(w2)
+            out.fill_(float("nan"))
+            gpt2block.solve(x, out, buf, s, precision=precision)
+            torch.cuda.synchronize()
+            assert torch.equal(out, want["b" if i == 2 else "a"]), (sched, i)
+    cuda._solve_graphs.clear()
+
+
 def test_solve_rejects_bad_device_arguments(torch_cuda, cp):
     torch = torch_cuda
     x = torch.rand(8, 768, device="cuda")
