@@ -253,7 +253,8 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 #define GEMV_NT_MIN_BLOCKS 3  // resident blocks per SM the registers must allow (24 warps)
 #endif
 #ifndef GEMV_NT_MIN_BLOCKS_M1_F32
-#define GEMV_NT_MIN_BLOCKS_M1_F32 3  // the same for one token of float32 weights
+#define GEMV_NT_MIN_BLOCKS_M1_F32 3  // the same for one token of float32 weights (cuda_linear sets 4 at
+                                     // some widths: GEMV_NT_M1_F32_BLOCKS_BY_WIDTH)
 #endif
 
 // Per build (MP tokens; bf16 weights or not; LM: the LM head, gemv_*_nt_ln): weight rows per warp

@@ -395,10 +395,16 @@ _GEMV_THREADS, _GEMV_RPP, _GEMV_UNROLL, _GEMV_TPR = 256, 32, 4, 8  # as in kerne
 _GEMV_NT_THREADS = 256  # GEMV_NT_THREADS
 # GemvNt in kernels/gemv.cu: the outputs per warp at a time (GEMV_NT_ROWS; at 8 tokens by weight type,
 # the LM head apart) and the resident blocks per SM that the registers allow (3; 2 at 4 rows; one
-# float32 token has its own knob, also 3); more rows loop in a warp
+# float32 token has its own knob, 3 or 4 by width, below); more rows loop in a warp
 _GEMV_NT_DEFAULTS = {"GEMV_NT_ROWS": 2, "GEMV_NT_ROWS_M8_F32": 2, "GEMV_NT_ROWS_M8_LM": 4, "GEMV_NT_ROWS_M8_BF16": 4,
                      "GEMV_NT_MIN_BLOCKS": 3, "GEMV_NT_MIN_BLOCKS_M1_F32": 3}
 NT_DEFINES: tuple = ()  # extra #defines of the nt kernels (tuning runs: GEMV_NT_UNROLL, GEMV_NT_MIN_BLOCKS)
+# One float32 token: resident blocks per SM (the registers' bound, GEMV_NT_MIN_BLOCKS_M1_F32) by the
+# product's width min(N, K), the model's n_embd for every decode product; 3 where not listed. Measured
+# best per GPT-2 size, not monotonic in the width (docs/PERFORMANCE.md version 18, b1 tok/s at 3 / 4:
+# gpt2 4,426 / 4,291, medium 1,565 / 1,697, large 894 / 854, xl 424 / 473). NT_DEFINES' own
+# GEMV_NT_MIN_BLOCKS_M1_F32 overrides it.
+GEMV_NT_M1_F32_BLOCKS_BY_WIDTH = {1024: 4, 1600: 4}
 _GEMV_BLOCKS_PER_SM = 4  # split-K target: about this many blocks per SM
 _workspaces: dict = {}
 
@@ -552,13 +558,15 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     name = (f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_nt" + ("_ln" if ln is not None else "")
             + (f"_{epilogue}" if epilogue else "") + ("_kv" if kv is not None else "")
             + f"_m{mp}")
-    wpr, grid = gemv_nt_plan(n, k, cpt, mp, w.dtype != np.float32, ln is not None and epilogue is None)
+    defines = _gemv_nt_defines(n, k, mp, w.dtype != np.float32)
+    wpr, grid = gemv_nt_plan(n, k, cpt, mp, w.dtype != np.float32, ln is not None and epilogue is None,
+                             defines=defines)
     args = (x, w, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _NULL if g is None else g, _NULL if b is None else b,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps), np.int32(wpr)) + kv_args
     # the normalized rows, then g and b (gemv_ln_rows)
     smem = (m + 2) * k * 4 if ln is not None else 0
-    launch(kernel("gemv", name, NT_DEFINES), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args, smem, stream,
+    launch(kernel("gemv", name, defines), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args, smem, stream,
            programmatic=True)
 
 
@@ -567,9 +575,19 @@ def _gemv_nt_tokens(m: int) -> int:
     return 1 if m == 1 else 2 if m == 2 else 4 if m <= 4 else 8
 
 
-def _gemv_nt_build(mp: int, bf16: bool, lm_head: bool) -> tuple[int, int]:
-    """(rows per warp, resident blocks per SM) of an nt kernel build (GemvNt), tuning defines included."""
-    d = {**_GEMV_NT_DEFAULTS, **dict(NT_DEFINES)}
+def _gemv_nt_defines(n: int, k: int, mp: int, bf16: bool) -> tuple:
+    """The #defines of the nt kernel build for an [n, k] product at mp tokens: NT_DEFINES, and for one
+    float32 token its resident blocks per SM by width (GEMV_NT_M1_F32_BLOCKS_BY_WIDTH)."""
+    blocks = GEMV_NT_M1_F32_BLOCKS_BY_WIDTH.get(min(n, k))
+    if mp == 1 and not bf16 and blocks is not None and "GEMV_NT_MIN_BLOCKS_M1_F32" not in dict(NT_DEFINES):
+        return NT_DEFINES + (("GEMV_NT_MIN_BLOCKS_M1_F32", blocks),)
+    return NT_DEFINES
+
+
+def _gemv_nt_build(mp: int, bf16: bool, lm_head: bool, defines: tuple | None = None) -> tuple[int, int]:
+    """(rows per warp, resident blocks per SM) of an nt kernel build (GemvNt) with ``defines`` (default
+    NT_DEFINES)."""
+    d = {**_GEMV_NT_DEFAULTS, **dict(NT_DEFINES if defines is None else defines)}
     key = ("GEMV_NT_ROWS" if mp < 8 else "GEMV_NT_ROWS_M8_BF16" if bf16 else "GEMV_NT_ROWS_M8_LM" if lm_head
            else "GEMV_NT_ROWS_M8_F32")
     rows = d[key]
@@ -578,13 +596,14 @@ def _gemv_nt_build(mp: int, bf16: bool, lm_head: bool) -> tuple[int, int]:
 
 
 def gemv_nt_plan(n: int, k: int, cpt: int, mp: int = 1, bf16: bool = False, lm_head: bool = False,
-                 sms: int | None = None) -> tuple[int, int]:
-    """(wpr, grid) of an nt GEMV build (mp tokens, bf16 weights or not, the LM head's or not): the
+                 sms: int | None = None, defines: tuple | None = None) -> tuple[int, int]:
+    """(wpr, grid) of an nt GEMV build (mp tokens, bf16 weights or not, the LM head's or not; its
+    defines, default _gemv_nt_defines'): the
     warps per row group (they split K) and the blocks. The fewest warps per row group that still
     give every SM two blocks, while each warp keeps at least one 16-byte chunk per lane of K;
     blocks beyond what stays resident loop."""
     sms = sm_count() if sms is None else sms
-    rows, per_sm = _gemv_nt_build(mp, bf16, lm_head)
+    rows, per_sm = _gemv_nt_build(mp, bf16, lm_head, _gemv_nt_defines(n, k, mp, bf16) if defines is None else defines)
     warps = _GEMV_NT_THREADS // 32
     wpr = 1
     while (wpr < warps and -(-n // (rows * warps // wpr)) < 2 * sms
