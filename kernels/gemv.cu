@@ -252,6 +252,12 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 #ifndef GEMV_NT_MIN_BLOCKS
 #define GEMV_NT_MIN_BLOCKS 3  // resident blocks per SM the registers must allow (24 warps)
 #endif
+#ifndef GEMV_NT_ROWS_M1_BF16
+#define GEMV_NT_ROWS_M1_BF16 GEMV_NT_ROWS  // one token of bf16 weights (cuda_linear sets it by width)
+#endif
+#ifndef GEMV_NT_MIN_BLOCKS_M1_BF16
+#define GEMV_NT_MIN_BLOCKS_M1_BF16 GEMV_NT_MIN_BLOCKS  // the same (cuda_linear sets it by width)
+#endif
 #ifndef GEMV_NT_MIN_BLOCKS_M1_F32
 #define GEMV_NT_MIN_BLOCKS_M1_F32 3  // the same for one token of float32 weights (cuda_linear sets 4 at
                                      // some widths: GEMV_NT_M1_F32_BLOCKS_BY_WIDTH)
@@ -264,10 +270,16 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 // still came after pdl_wait; once they came before it, 3 blocks measured +3.1%, version 17).
 template <int MP, bool BF16, bool LM>
 struct GemvNt {
-    static constexpr int ROWS = MP < 8 ? GEMV_NT_ROWS : BF16 ? GEMV_NT_ROWS_M8_BF16 : LM ? GEMV_NT_ROWS_M8_LM
-                                                                                        : GEMV_NT_ROWS_M8_F32;
+    static constexpr int ROWS = MP == 1 && BF16 ? GEMV_NT_ROWS_M1_BF16
+                                : MP < 8 ? GEMV_NT_ROWS
+                                : BF16   ? GEMV_NT_ROWS_M8_BF16
+                                : LM     ? GEMV_NT_ROWS_M8_LM
+                                         : GEMV_NT_ROWS_M8_F32;
     static constexpr int UNROLL = BF16 ? GEMV_NT_UNROLL_BF16 : MP >= 4 ? GEMV_NT_UNROLL_M4 : GEMV_NT_UNROLL;
-    static constexpr int MIN_BLOCKS = ROWS >= 4 ? 2 : MP == 1 && !BF16 ? GEMV_NT_MIN_BLOCKS_M1_F32 : GEMV_NT_MIN_BLOCKS;
+    static constexpr int MIN_BLOCKS = ROWS >= 4           ? 2
+                                      : MP == 1 && !BF16 ? GEMV_NT_MIN_BLOCKS_M1_F32
+                                      : MP == 1          ? GEMV_NT_MIN_BLOCKS_M1_BF16
+                                                         : GEMV_NT_MIN_BLOCKS;
     // each row's MP sums land on 32 / MP lanes (warp_sums), one row per lane of them
     static_assert(ROWS >= 1 && ROWS <= 32 / MP, "GemvNt: more rows per warp than lanes per token sum");
 };

@@ -397,7 +397,7 @@ _GEMV_NT_THREADS = 256  # GEMV_NT_THREADS
 # the LM head apart) and the resident blocks per SM that the registers allow (3; 2 at 4 rows; one
 # float32 token has its own knob, 3 or 4 by width, below); more rows loop in a warp
 _GEMV_NT_DEFAULTS = {"GEMV_NT_ROWS": 2, "GEMV_NT_ROWS_M8_F32": 2, "GEMV_NT_ROWS_M8_LM": 4, "GEMV_NT_ROWS_M8_BF16": 4,
-                     "GEMV_NT_MIN_BLOCKS": 3, "GEMV_NT_MIN_BLOCKS_M1_F32": 3}
+                     "GEMV_NT_MIN_BLOCKS": 3, "GEMV_NT_MIN_BLOCKS_M1_F32": 3}  # the M1_BF16 pair: ROWS, MIN_BLOCKS
 NT_DEFINES: tuple = ()  # extra #defines of the nt kernels (tuning runs: GEMV_NT_UNROLL, GEMV_NT_MIN_BLOCKS)
 # One float32 token: resident blocks per SM (the registers' bound, GEMV_NT_MIN_BLOCKS_M1_F32) by the
 # product's width min(N, K), the model's n_embd for every decode product; 3 where not listed. Measured
@@ -405,6 +405,9 @@ NT_DEFINES: tuple = ()  # extra #defines of the nt kernels (tuning runs: GEMV_NT
 # gpt2 4,426 / 4,291, medium 1,565 / 1,697, large 894 / 854, xl 424 / 473). NT_DEFINES' own
 # GEMV_NT_MIN_BLOCKS_M1_F32 overrides it.
 GEMV_NT_M1_F32_BLOCKS_BY_WIDTH = {1024: 4, 1600: 4}
+# One bf16 token likewise: its build's #defines by width (version 18, b1 tok/s: gpt2 5,280 -> 5,460 with 4
+# rows per warp (2 blocks per SM), medium 2,167 -> 2,369 with 4 blocks per SM; large best as it was).
+GEMV_NT_M1_BF16_BY_WIDTH = {768: (("GEMV_NT_ROWS_M1_BF16", 4),), 1024: (("GEMV_NT_MIN_BLOCKS_M1_BF16", 4),)}
 _GEMV_BLOCKS_PER_SM = 4  # split-K target: about this many blocks per SM
 _workspaces: dict = {}
 
@@ -577,21 +580,31 @@ def _gemv_nt_tokens(m: int) -> int:
 
 def _gemv_nt_defines(n: int, k: int, mp: int, bf16: bool) -> tuple:
     """The #defines of the nt kernel build for an [n, k] product at mp tokens: NT_DEFINES, and for one
-    float32 token its resident blocks per SM by width (GEMV_NT_M1_F32_BLOCKS_BY_WIDTH)."""
-    blocks = GEMV_NT_M1_F32_BLOCKS_BY_WIDTH.get(min(n, k))
-    if mp == 1 and not bf16 and blocks is not None and "GEMV_NT_MIN_BLOCKS_M1_F32" not in dict(NT_DEFINES):
-        return NT_DEFINES + (("GEMV_NT_MIN_BLOCKS_M1_F32", blocks),)
-    return NT_DEFINES
+    token its settings by width (GEMV_NT_M1_F32_BLOCKS_BY_WIDTH, GEMV_NT_M1_BF16_BY_WIDTH), each unless
+    NT_DEFINES sets it."""
+    if mp != 1:
+        return NT_DEFINES
+    width = min(n, k)
+    if bf16:
+        extra = GEMV_NT_M1_BF16_BY_WIDTH.get(width, ())
+    else:
+        blocks = GEMV_NT_M1_F32_BLOCKS_BY_WIDTH.get(width)
+        extra = () if blocks is None else (("GEMV_NT_MIN_BLOCKS_M1_F32", blocks),)
+    given = dict(NT_DEFINES)
+    return NT_DEFINES + tuple(kv for kv in extra if kv[0] not in given)
 
 
 def _gemv_nt_build(mp: int, bf16: bool, lm_head: bool, defines: tuple | None = None) -> tuple[int, int]:
     """(rows per warp, resident blocks per SM) of an nt kernel build (GemvNt) with ``defines`` (default
     NT_DEFINES)."""
     d = {**_GEMV_NT_DEFAULTS, **dict(NT_DEFINES if defines is None else defines)}
-    key = ("GEMV_NT_ROWS" if mp < 8 else "GEMV_NT_ROWS_M8_BF16" if bf16 else "GEMV_NT_ROWS_M8_LM" if lm_head
-           else "GEMV_NT_ROWS_M8_F32")
+    d.setdefault("GEMV_NT_ROWS_M1_BF16", d["GEMV_NT_ROWS"])
+    d.setdefault("GEMV_NT_MIN_BLOCKS_M1_BF16", d["GEMV_NT_MIN_BLOCKS"])
+    key = ("GEMV_NT_ROWS_M1_BF16" if mp == 1 and bf16 else "GEMV_NT_ROWS" if mp < 8 else "GEMV_NT_ROWS_M8_BF16" if bf16
+           else "GEMV_NT_ROWS_M8_LM" if lm_head else "GEMV_NT_ROWS_M8_F32")
     rows = d[key]
-    per_sm = 2 if rows >= 4 else d["GEMV_NT_MIN_BLOCKS_M1_F32"] if mp == 1 and not bf16 else d["GEMV_NT_MIN_BLOCKS"]
+    per_sm = (2 if rows >= 4 else d["GEMV_NT_MIN_BLOCKS_M1_F32"] if mp == 1 and not bf16
+              else d["GEMV_NT_MIN_BLOCKS_M1_BF16"] if mp == 1 else d["GEMV_NT_MIN_BLOCKS"])
     return rows, per_sm
 
 
