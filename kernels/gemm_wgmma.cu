@@ -259,6 +259,8 @@ GW_KERNEL(gemm_wg_tf32_nt, 1, GEMM_EPI_NONE)
 #ifndef GW_PLANES_N
 #define GW_PLANES_N 64  // W's columns per block of _kn: 8 loads in flight per thread (32: 4, version 17)
 #endif
+static_assert(GW_PLANES_N % 32 == 0 && GW_PLANES_N >= 32 && GW_PLANES_N <= 128,
+              "GW_PLANES_N must be 32, 64, 96 or 128 (a warp's 32 columns per load)");
 
 // The k tile's column held at position p = 8 kk + 4 e + t: 8 t + 2 kk + e.
 __device__ __forceinline__ int gw_plane_col(int p) {

@@ -7,8 +7,8 @@ The challenge's random block (as bench.py makes it); after warm-up (eager call, 
 times `--calls` calls under torch.profiler, each alone (synchronized, then a 2 ms pause), and prints
 per precision the median over the calls of each kernel's start relative to the call's first kernel,
 its duration and the gap to the next kernel in start order (negative where kernels overlap: the
-weight planes run on a second stream), then the call's span from its first kernel's start to its
-last kernel's end.
+weight planes run on a second stream; the last kernel's gap runs to the next call, after the pause),
+then the call's span from its first kernel's start to its last kernel's end.
 """
 
 import argparse
@@ -48,6 +48,8 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--precisions", default="fp32,tf32")
     a = ap.parse_args()
+    if a.calls < 2:
+        ap.error("--calls must be at least 2 (medians over calls)")
     gen = torch.Generator(device="cuda").manual_seed(a.seq)
     x = torch.rand(a.seq, 768, device="cuda", generator=gen) * 2 - 1
     w = _challenge_weights(torch, block_layout(768), gen)
@@ -62,7 +64,9 @@ def main() -> int:
                 torch.cuda.synchronize()
                 time.sleep(0.002)
         print(f"== solve seq_len {a.seq}, {prec}", flush=True)
-        print("\n".join(summarize(calls_of(kernel_records(prof)))), flush=True)
+        lines = summarize(calls_of(kernel_records(prof)))
+        lines[-1] = lines[-1].split(", period")[0].replace("step span", "call span")  # (the period is the pause's)
+        print("\n".join(lines), flush=True)
     return 0
 
 

@@ -8,8 +8,8 @@ For each round, schedule (cuda.SOLVE_PLANES_SCHEDULE) and width (cuda_linear.PLA
 graphs are dropped (so the call is captured anew), then solve() at seq_len in fp32 and tf32 is
 timed as bench.bench_solve times it (median ms between CUDA events, `--reps` calls after warm-up),
 on the challenge's random block; the torch peers (fp32 reference block, TF32 + SDPA) are timed once
-per round. The output is checked against the first variant's (bit-equal: only the order of
-independent work moves).
+per round. The output, of the eager call and of the last replay, is checked against the first
+variant's (bit-equal: only the order of independent work moves; DIFFERS marks a mismatch).
 """
 
 import argparse
@@ -34,6 +34,9 @@ def main() -> int:
     ap.add_argument("--schedules", default="start,side_first,main_first")
     ap.add_argument("--planes-n", default="64")
     a = ap.parse_args()
+    for sched in a.schedules.split(","):
+        if sched not in cuda.SOLVE_PLANES_SCHEDULES:
+            ap.error(f"--schedules: {sched!r} is not one of {', '.join(cuda.SOLVE_PLANES_SCHEDULES)}")
     gen = torch.Generator(device="cuda").manual_seed(a.seq)
     x = torch.rand(a.seq, 768, device="cuda", generator=gen) * 2 - 1
     w = bench._challenge_weights(torch, block_layout(768), gen)
@@ -60,6 +63,8 @@ def main() -> int:
                     same = bool(torch.equal(out, ref))
                     ms = bench._torch_median(torch, lambda p=prec: gpt2block.solve(x, out, w, a.seq, precision=p),
                                              a.reps)
+                    torch.cuda.synchronize()
+                    same = same and bool(torch.equal(out, ref))  # the captured graph's replays too
                     line += f"  {prec} {ms:.4f} ms ({ms / peer:.3f}x){'' if same else ' DIFFERS'}"
                 print(line, flush=True)
     return 0

@@ -479,6 +479,7 @@ _solve_ws: dict[tuple, BlockWorkspace] = {}  # (device, d) -> the solve() worksp
 SOLVE_VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32")}
 SOLVE_GRAPHS_MAX = 16  # captured solve calls kept per device (least recently used dropped)
 SOLVE_SEEN_MAX = 4096  # keys remembered as run once (forgotten all at once beyond this)
+SOLVE_PLANES_SCHEDULES = ("side_first", "main_first", "start")
 SOLVE_PLANES_SCHEDULE = "side_first"  # where solve() makes its weight planes (see solve_device's body);
                                       # "start" and "main_first" kept for A/B runs
 
@@ -628,6 +629,11 @@ class _SolveGraphs:
 _solve_graphs: dict[int, _SolveGraphs] = {}  # device -> its graphs
 
 
+def _solve_key_tail(seq_len: int, precision: str) -> tuple:
+    """The end of a solve graph's key: what else its kernels depend on (A/B switches included)."""
+    return seq_len, precision, SOLVE_PLANES_SCHEDULE, cuda_linear.PLANES_N
+
+
 def solve_workspace(rows: int, d: int) -> BlockWorkspace:
     """The current device's solve() workspace: allocated at the first call and regrown only for a
     longer seq_len (a graph captured on the old one keeps it alive until it is dropped)."""
@@ -645,13 +651,16 @@ def solve_device(x, output, weights, seq_len: int, precision: str = "fp32", d: i
     call then replays its graph without touching the arrays."""
     if precision not in SOLVE_VARIANTS:
         raise ValueError(f"solve() runs precision fp32 or tf32 (bf16 is a decode weight mode); got {precision!r}")
+    if SOLVE_PLANES_SCHEDULE not in SOLVE_PLANES_SCHEDULES:
+        raise ValueError(f"cuda.SOLVE_PLANES_SCHEDULE must be one of {', '.join(SOLVE_PLANES_SCHEDULES)}; "
+                         f"got {SOLVE_PLANES_SCHEDULE!r}")
     dev = cp.cuda.runtime.getDevice()
     graphs = _solve_graphs.get(dev)
     if graphs is None:
         graphs = _solve_graphs[dev] = _SolveGraphs()
     if ptrs is not None:
         ws = _solve_ws.get((dev, d))
-        if ws is not None and ws.rows >= seq_len and graphs.replay((dev,) + tuple(ptrs) + (seq_len, precision), ws):
+        if ws is not None and ws.rows >= seq_len and graphs.replay((dev,) + tuple(ptrs) + _solve_key_tail(seq_len, precision), ws):
             return
     gemm_variant, attn_variant = SOLVE_VARIANTS[precision]
     xa = cp.asarray(x).reshape(seq_len, d)
@@ -692,10 +701,10 @@ def solve_device(x, output, weights, seq_len: int, precision: str = "fp32", d: i
             # the same planes. "side_first": W_qkv's planes on the side stream at the call's start,
             # beside the first LayerNorm; the other three once the QKV GEMM is queued, beside
             # attention. "main_first": W_qkv's on this stream, before the LayerNorm. "start"
-            # (version 17): all four on the side stream at the start, which held the LayerNorm back
-            # until they were done. (In a graph, the root queued second starts 12-19 us after the
-            # first in a lone call, scripts/timeline_solve.py; back to back it costs nothing and
-            # side_first measured fastest, scripts/tune_solve_planes.py.)
+            # (version 17): all four on the side stream at the start; the LayerNorm, which does not
+            # depend on them, started only as the last began (25 us in). (In a graph, the root queued
+            # second starts 12-19 us after the first in a lone call, scripts/timeline_solve.py; back
+            # to back it costs nothing and side_first measured fastest, scripts/tune_solve_planes.py.)
             sched = SOLVE_PLANES_SCHEDULE
             if sched == "start":
                 make_planes(MATRICES, graphs.fork)
@@ -711,4 +720,4 @@ def solve_device(x, output, weights, seq_len: int, precision: str = "fp32", d: i
             if side_last:  # joined even if run_block raised (a capture must end joined)
                 cp.cuda.get_current_stream().wait_event(side_last[0])
 
-    graphs.run((dev, xa.data.ptr, out.data.ptr, wflat.data.ptr, seq_len, precision), ws, body)
+    graphs.run((dev, xa.data.ptr, out.data.ptr, wflat.data.ptr) + _solve_key_tail(seq_len, precision), ws, body)

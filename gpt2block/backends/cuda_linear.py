@@ -208,7 +208,7 @@ WG_TILES = {
 }
 
 
-PLANES_N = 64  # W's columns per block of gemm_wg_split_planes_kn (GW_PLANES_N; 32 or 64)
+PLANES_N = 64  # W's columns per block of gemm_wg_split_planes_kn (GW_PLANES_N: 32, 64, 96 or 128)
 
 
 def plane_row(k: int) -> int:
@@ -283,6 +283,8 @@ def prepare_planes(w, variant: str, *, transposed: bool = False, stream=None, ou
         out = Planes(cp.empty((planes, n, plane_row(k)), cp.float32), variant, k)
     elif not isinstance(out, Planes) or out.variant != variant or (out.n, out.k) != (n, k):
         raise ValueError(f"out must be Planes of variant {variant!r} for N = {n}, K = {k}")
+    if PLANES_N not in (32, 64, 96, 128):
+        raise ValueError(f"cuda_linear.PLANES_N must be 32, 64, 96 or 128; got {PLANES_N!r}")
     fn = kernel("gemm_wgmma", f"gemm_wg_split_planes_{'nk' if transposed else 'kn'}",
                 _VARIANT_DEFINES[variant] + (("GW_PLANES_N", PLANES_N),))
     launch(fn, (_cdiv(n, 32 if transposed else PLANES_N), _cdiv(k, 32), 1), (32, 8, 1),
@@ -397,13 +399,15 @@ _GEMV_NT_THREADS = 256  # GEMV_NT_THREADS
 # the LM head apart) and the resident blocks per SM that the registers allow (3; 2 at 4 rows; one
 # float32 token has its own knob, 3 or 4 by width, below); more rows loop in a warp
 _GEMV_NT_DEFAULTS = {"GEMV_NT_ROWS": 2, "GEMV_NT_ROWS_M8_F32": 2, "GEMV_NT_ROWS_M8_LM": 4, "GEMV_NT_ROWS_M8_BF16": 4,
-                     "GEMV_NT_MIN_BLOCKS": 3, "GEMV_NT_MIN_BLOCKS_M1_F32": 3}  # the M1_BF16 pair: ROWS, MIN_BLOCKS
+                     "GEMV_NT_MIN_BLOCKS": 3, "GEMV_NT_MIN_BLOCKS_M1_F32": 3}
+# (GEMV_NT_ROWS_M1_BF16 and GEMV_NT_MIN_BLOCKS_M1_BF16 default to GEMV_NT_ROWS and GEMV_NT_MIN_BLOCKS)
 NT_DEFINES: tuple = ()  # extra #defines of the nt kernels (tuning runs: GEMV_NT_UNROLL, GEMV_NT_MIN_BLOCKS)
 # One float32 token: resident blocks per SM (the registers' bound, GEMV_NT_MIN_BLOCKS_M1_F32) by the
 # product's width min(N, K), the model's n_embd for every decode product; 3 where not listed. Measured
 # best per GPT-2 size, not monotonic in the width (docs/PERFORMANCE.md version 18, b1 tok/s at 3 / 4:
 # gpt2 4,426 / 4,291, medium 1,565 / 1,697, large 894 / 854, xl 424 / 473). NT_DEFINES' own
-# GEMV_NT_MIN_BLOCKS_M1_F32 overrides it.
+# GEMV_NT_MIN_BLOCKS_M1_F32 overrides it. (At 4 the LayerNorm builds spill 4-8 bytes under nvcc 13.0;
+# measured faster all the same.)
 GEMV_NT_M1_F32_BLOCKS_BY_WIDTH = {1024: 4, 1600: 4}
 # One bf16 token likewise: its build's #defines by width (version 18, b1 tok/s: gpt2 5,280 -> 5,460 with 4
 # rows per warp (2 blocks per SM), medium 2,167 -> 2,369 with 4 blocks per SM; large best as it was).
@@ -611,10 +615,9 @@ def _gemv_nt_build(mp: int, bf16: bool, lm_head: bool, defines: tuple | None = N
 def gemv_nt_plan(n: int, k: int, cpt: int, mp: int = 1, bf16: bool = False, lm_head: bool = False,
                  sms: int | None = None, defines: tuple | None = None) -> tuple[int, int]:
     """(wpr, grid) of an nt GEMV build (mp tokens, bf16 weights or not, the LM head's or not; its
-    defines, default _gemv_nt_defines'): the
-    warps per row group (they split K) and the blocks. The fewest warps per row group that still
-    give every SM two blocks, while each warp keeps at least one 16-byte chunk per lane of K;
-    blocks beyond what stays resident loop."""
+    defines, by default _gemv_nt_defines'): the warps per row group (they split K) and the blocks.
+    The fewest warps per row group that still give every SM two blocks, while each warp keeps at
+    least one 16-byte chunk per lane of K; blocks beyond what stays resident loop."""
     sms = sm_count() if sms is None else sms
     rows, per_sm = _gemv_nt_build(mp, bf16, lm_head, _gemv_nt_defines(n, k, mp, bf16) if defines is None else defines)
     warps = _GEMV_NT_THREADS // 32
