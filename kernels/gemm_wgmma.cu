@@ -65,6 +65,78 @@
 
 // ---------------------------------------------------------------------------------------------
 
+// The epilogue, through shared memory. Each consumer warpgroup writes its 64 x GW_BN accumulators
+// into the (now idle) ring as a row-major tile of stride GW_EPI_STRIDE floats, then its 128 threads
+// walk the tile's rows a float4 at a time in a loop: bias (and the residual) read as float4, whole
+// rows of C written. Version 18 applied the epilogue to the fragments in place, unrolled: 96 outputs
+// a thread at 192 columns, each with its own bias load, about 6,000 instructions executed once per
+// warp; Nsight Compute put half of the fc GEMM's warp samples there (instruction fetch and the
+// bias loads' scoreboard), more than in its main loop.
+// Stride GW_BN + 8 (== 8 mod 32 words, or 24 at 48 columns): a half-warp's float2 stores of rows
+// g = 0..3 fall in distinct 8-bank groups, and a quarter-warp's float4 reads of a row are contiguous.
+#define GW_EPI_STRIDE (GW_BN + 8)
+#define GW_EPI_BYTES (GW_BM * GW_EPI_STRIDE * 4)
+
+template <int EPI>
+__device__ __forceinline__ void gemm_wg_epilogue(const float (&acc)[GW_BN / 2], unsigned ring,
+                                                 const float* __restrict__ bias, const float* R, float* C,
+                                                 int M, int N, int m0, int n0, int wg, int ct) {
+    // Every consumer's wgmmas are done (the other one's may still have read the ring's last stage):
+    // the consumers' 256 threads meet at named barrier 1 before the ring is overwritten.
+    asm volatile("bar.sync 1, %0;\n" ::"n"(128 * GW_WG) : "memory");
+    // Accumulator layout (m64nNk8, f32): warp w of the warpgroup holds rows 16w + g and 16w + g + 8
+    // (g = lane / 4); acc[4j + 2h + e] is (row 16w + g + 8h, column 8j + 2t + e), t = lane % 4.
+    const int lane = ct & 31, w = ct >> 5, g = lane >> 2, t = lane & 3;
+    const unsigned tile = ring + (unsigned)(wg * 64 * GW_EPI_STRIDE * 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int j = 0; j < GW_BN / 8; ++j)
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n"::"r"(tile + 4u * ((16 * w + g + 8 * h) * GW_EPI_STRIDE +
+                                                                          8 * j + 2 * t)),
+                         "f"(acc[4 * j + 2 * h]), "f"(acc[4 * j + 2 * h + 1]) : "memory");
+    if (wg == 0)  // this warpgroup's tile is written (barrier 2 + wg, its 128 threads)
+        asm volatile("bar.sync 2, 128;\n" ::: "memory");
+    else
+        asm volatile("bar.sync 3, 128;\n" ::: "memory");
+
+    // Row r of the tile, float4 c4: C[m0 + 64 wg + r, n0 + 4 c4 ..]. float4 stores where N % 4 == 0
+    // and C, R and bias are 16-byte aligned; element by element otherwise (and past N).
+    constexpr int V = GW_BN / 4;
+    const bool vec = (N & 3) == 0 && gemm_aligned(C, 16) && gemm_aligned(bias, 16) &&
+                     (EPI != GEMM_EPI_RESIDUAL || gemm_aligned(R, 16));
+    const int rows = min(64, M - (m0 + 64 * wg));
+#pragma unroll 2
+    for (int i = ct; i < rows * V; i += 128) {
+        const int r = i / V, c4 = i - r * V;
+        const int row = m0 + 64 * wg + r, col = n0 + 4 * c4;
+        float4 v;
+        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                     : "r"(tile + 4u * (r * GW_EPI_STRIDE + 4 * c4)) : "memory");
+        const long long idx = (long long)row * N + col;
+        if (vec && col + 3 < N) {
+            if (EPI != GEMM_EPI_NONE) {
+                const float4 b = __ldg(reinterpret_cast<const float4*>(bias + col));
+                v.x += b.x; v.y += b.y; v.z += b.z; v.w += b.w;
+            }
+            if (EPI == GEMM_EPI_GELU) {
+                v.x = gelu_tanh(v.x); v.y = gelu_tanh(v.y); v.z = gelu_tanh(v.z); v.w = gelu_tanh(v.w);
+            }
+            if (EPI == GEMM_EPI_RESIDUAL) {
+                const float4 q = *reinterpret_cast<const float4*>(R + idx);
+                v.x += q.x; v.y += q.y; v.z += q.z; v.w += q.w;
+            }
+            *reinterpret_cast<float4*>(C + idx) = v;
+        } else {
+            const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                if (col + k < N) C[idx + k] = gemm_epi_value<EPI>(e[k], bias, R, idx + k, col + k);
+        }
+    }
+}
+
 template <int PASSES, int EPI>
 __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const float* __restrict__ P,
                                              const float* __restrict__ bias, const float* R, float* C, int M,
@@ -74,6 +146,7 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
     constexpr unsigned STAGE = GW_STAGE_BYTES(PLANES), A_BYTES = GW_BM * GW_ROW, B_BYTES = GW_BN * GW_ROW;
     static_assert(GW_BN == 48 || GW_BN == 64 || GW_BN == 128 || GW_BN == 192, "GW_BN must be 48, 64, 128 or 192");
     static_assert(GW_WG == 1 || GW_WG == 2, "GW_WG must be 1 or 2");
+    static_assert(GW_STAGES * STAGE >= GW_EPI_BYTES, "the epilogue's tile must fit in the ring");
 
     extern __shared__ float4 gw_smem4[];
     const unsigned raw = smem_u32(gw_smem4);
@@ -207,21 +280,7 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
     }
     wgmma_wait<0>();
     wgmma_pin(acc);
-
-    // Accumulator layout (m64nNk8, f32): warp w of the warpgroup holds rows 16w + g and 16w + g + 8
-    // (g = lane / 4); acc[4j + 2h + e] is (row 16w + g + 8h, column 8j + 2t + e), t = lane % 4.
-    const int lane = tid & 31, w = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
-    const bool pair = (N & 1) == 0 && gemm_aligned(C, 8) && (EPI != GEMM_EPI_RESIDUAL || gemm_aligned(R, 8));
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int row = m0 + wg * 64 + w * 16 + g + 8 * h;
-        if (row >= M) continue;
-#pragma unroll
-        for (int j = 0; j < GW_BN / 8; ++j) {
-            const int col = n0 + 8 * j + 2 * t;
-            gemm_store2<EPI>(C, bias, R, row, col, N, pair, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-        }
-    }
+    gemm_wg_epilogue<EPI>(acc, ring, bias, R, C, M, N, m0, n0, wg, ct);
 }
 
 // ---------------------------------------------------------------------------------------------
