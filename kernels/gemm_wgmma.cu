@@ -35,9 +35,10 @@
 //   (Version 7 rounded / split A in shared memory and read it with descriptors: shared memory
 //   bandwidth ran out; fragments in registers measured +20-28% on tf32x3, docs/PERFORMANCE.md v8.)
 //
-// Launch recipe (cuda_linear.gemm_planes): grid (ceil(M / GW_BM), ceil(N / GW_BN)), block
-// GW_THREADS = 128 * (GW_WG + 1), dynamic shared memory GW_SMEM_BYTES(planes) (cuda_linear.wgmma_stages
-// picks the most stages, up to 8, that fit one block per SM).
+// Launch recipe (cuda_linear.gemm_planes): grid (ceil(M / GW_BM), ceil(N / GW_BN), GW_SPLITK) (with
+// GW_SPLITK > 1 the z blocks form a cluster, compiled in: __cluster_dims__), block GW_THREADS =
+// 128 * (GW_WG + 1), dynamic shared memory GW_SMEM_BYTES(planes) (cuda_linear.wgmma_stages picks the
+// most stages, up to 8, that fit one block per SM).
 
 #include "common.cuh"
 #include "mma.cuh"
@@ -55,6 +56,9 @@
 #ifndef GW_STAGES
 #define GW_STAGES 4  // ring slots
 #endif
+#ifndef GW_SPLITK
+#define GW_SPLITK 1  // blocks sharing one output tile, each a 1/GW_SPLITK share of K (a cluster)
+#endif
 #define GW_BM (64 * GW_WG)
 #define GW_BK 32                          // k tile: one 128-byte row of floats
 #define GW_PT 128                          // producer threads: one warpgroup (one warp measured 30% slower)
@@ -65,55 +69,89 @@
 
 // ---------------------------------------------------------------------------------------------
 
-// The epilogue, through shared memory. Each consumer warpgroup writes its 64 x GW_BN accumulators
-// into the (now idle) ring as a row-major tile of stride GW_EPI_STRIDE floats, then its 128 threads
-// walk the tile's rows a float4 at a time in a loop: bias (and the residual) read as float4, whole
-// rows of C written. Version 18 applied the epilogue to the fragments in place, unrolled: 96 outputs
-// a thread at 192 columns, each with its own bias load, about 6,000 instructions executed once per
-// warp; Nsight Compute put half of the fc GEMM's warp samples there (instruction fetch and the
-// bias loads' scoreboard), more than in its main loop.
+// The epilogue, through shared memory. The consumers write their accumulators into the (now idle)
+// ring as a row-major GW_BM x GW_BN tile of stride GW_EPI_STRIDE floats, then their 256 threads walk
+// its rows a float4 at a time in a loop: bias (and the residual) read as float4, whole rows of C
+// written. (Version 18 applied the epilogue to the fragments in place, unrolled: 96 outputs a thread
+// at 192 columns, each with its own bias load, about 6,000 instructions executed once per warp;
+// Nsight Compute put half of the fc GEMM's warp samples there, more than in its main loop.)
+// Split K (GW_SPLITK > 1): the blocks of a cluster hold partial sums of one tile; after a cluster
+// barrier block z reduces rows [z GW_BM / S, (z + 1) GW_BM / S) of it, reading every block's tile
+// through distributed shared memory and adding them in rank order (deterministic), and a second
+// barrier keeps each block's shared memory alive until the others have read it.
 // Stride GW_BN + 8 (== 8 mod 32 words, or 24 at 48 columns): a half-warp's float2 stores of rows
 // g = 0..3 fall in distinct 8-bank groups, and a quarter-warp's float4 reads of a row are contiguous.
 #define GW_EPI_STRIDE (GW_BN + 8)
 #define GW_EPI_BYTES (GW_BM * GW_EPI_STRIDE * 4)
+
+#if GW_SPLITK > 1
+__device__ __forceinline__ void gw_cluster_sync() {
+    __syncwarp();
+    GW_ASM("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+#endif
+
+// The tile's float4 at shared address a: this block's, or (split K) the sum of the cluster's
+// blocks' in rank order.
+__device__ __forceinline__ float4 gw_epi_load(unsigned a) {
+    float4 v;
+#if GW_SPLITK > 1
+#pragma unroll
+    for (int q = 0; q < GW_SPLITK; ++q) {
+        unsigned ra;
+        float4 p;
+        GW_ASM("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(a), "r"(q));
+        GW_ASM("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(p.x), "=f"(p.y), "=f"(p.z), "=f"(p.w) : "r"(ra) : "memory");
+        if (q == 0) {
+            v = p;
+        } else {
+            v.x += p.x; v.y += p.y; v.z += p.z; v.w += p.w;
+        }
+    }
+#else
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(a) : "memory");
+#endif
+    return v;
+}
 
 template <int EPI>
 __device__ __forceinline__ void gemm_wg_epilogue(const float (&acc)[GW_BN / 2], unsigned ring,
                                                  const float* __restrict__ bias, const float* R, float* C,
                                                  int M, int N, int m0, int n0, int wg, int ct) {
     // Every consumer's wgmmas are done (the other one's may still have read the ring's last stage):
-    // the consumers' 256 threads meet at named barrier 1 before the ring is overwritten.
+    // the consumers' threads meet at named barrier 1 before the ring is overwritten.
     asm volatile("bar.sync 1, %0;\n" ::"n"(128 * GW_WG) : "memory");
     // Accumulator layout (m64nNk8, f32): warp w of the warpgroup holds rows 16w + g and 16w + g + 8
     // (g = lane / 4); acc[4j + 2h + e] is (row 16w + g + 8h, column 8j + 2t + e), t = lane % 4.
     const int lane = ct & 31, w = ct >> 5, g = lane >> 2, t = lane & 3;
-    const unsigned tile = ring + (unsigned)(wg * 64 * GW_EPI_STRIDE * 4);
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int j = 0; j < GW_BN / 8; ++j)
-            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n"::"r"(tile + 4u * ((16 * w + g + 8 * h) * GW_EPI_STRIDE +
-                                                                          8 * j + 2 * t)),
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n"
+                         ::"r"(ring + 4u * ((64 * wg + 16 * w + g + 8 * h) * GW_EPI_STRIDE + 8 * j + 2 * t)),
                          "f"(acc[4 * j + 2 * h]), "f"(acc[4 * j + 2 * h + 1]) : "memory");
-    if (wg == 0)  // this warpgroup's tile is written (barrier 2 + wg, its 128 threads)
-        asm volatile("bar.sync 2, 128;\n" ::: "memory");
-    else
-        asm volatile("bar.sync 3, 128;\n" ::: "memory");
+#if GW_SPLITK > 1
+    gw_cluster_sync();  // every block's tile is written
+    const int r0 = blockIdx.z * GW_BM / GW_SPLITK, r1 = (blockIdx.z + 1) * GW_BM / GW_SPLITK;
+#else
+    asm volatile("bar.sync 1, %0;\n" ::"n"(128 * GW_WG) : "memory");  // the tile is written
+    const int r0 = 0, r1 = GW_BM;
+#endif
 
-    // Row r of the tile, float4 c4: C[m0 + 64 wg + r, n0 + 4 c4 ..]. float4 stores where N % 4 == 0
-    // and C, R and bias are 16-byte aligned; element by element otherwise (and past N).
+    // Row r of the tile, float4 c4: C[m0 + r, n0 + 4 c4 ..]. float4 stores where N % 4 == 0 and C,
+    // R and bias are 16-byte aligned; element by element otherwise (and past N).
     constexpr int V = GW_BN / 4;
     const bool vec = (N & 3) == 0 && gemm_aligned(C, 16) && gemm_aligned(bias, 16) &&
                      (EPI != GEMM_EPI_RESIDUAL || gemm_aligned(R, 16));
-    const int rows = min(64, M - (m0 + 64 * wg));
+    const int end = min(r1, M - m0) * V;
 #pragma unroll 2
-    for (int i = ct; i < rows * V; i += 128) {
+    for (int i = r0 * V + 128 * wg + ct; i < end; i += 128 * GW_WG) {
         const int r = i / V, c4 = i - r * V;
-        const int row = m0 + 64 * wg + r, col = n0 + 4 * c4;
-        float4 v;
-        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                     : "r"(tile + 4u * (r * GW_EPI_STRIDE + 4 * c4)) : "memory");
+        const int row = m0 + r, col = n0 + 4 * c4;
+        float4 v = gw_epi_load(ring + 4u * (r * GW_EPI_STRIDE + 4 * c4));
         const long long idx = (long long)row * N + col;
         if (vec && col + 3 < N) {
             if (EPI != GEMM_EPI_NONE) {
@@ -135,6 +173,9 @@ __device__ __forceinline__ void gemm_wg_epilogue(const float (&acc)[GW_BN / 2], 
                 if (col + k < N) C[idx + k] = gemm_epi_value<EPI>(e[k], bias, R, idx + k, col + k);
         }
     }
+#if GW_SPLITK > 1
+    gw_cluster_sync();  // the other blocks have read this one's tile
+#endif
 }
 
 template <int PASSES, int EPI>
@@ -146,6 +187,7 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
     constexpr unsigned STAGE = GW_STAGE_BYTES(PLANES), A_BYTES = GW_BM * GW_ROW, B_BYTES = GW_BN * GW_ROW;
     static_assert(GW_BN == 48 || GW_BN == 64 || GW_BN == 128 || GW_BN == 192, "GW_BN must be 48, 64, 128 or 192");
     static_assert(GW_WG == 1 || GW_WG == 2, "GW_WG must be 1 or 2");
+    static_assert(GW_SPLITK >= 1 && GW_SPLITK <= 4, "GW_SPLITK must be 1 to 4 (a cluster's blocks)");
     static_assert(GW_STAGES * STAGE >= GW_EPI_BYTES, "the epilogue's tile must fit in the ring");
 
     extern __shared__ float4 gw_smem4[];
@@ -157,8 +199,10 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
 
     const int tid = threadIdx.x, wg = tid >> 7;
     const int m0 = blockIdx.x * GW_BM, n0 = blockIdx.y * GW_BN;
-    const int KT = (K + GW_BK - 1) / GW_BK;
-    const int KP = KT * GW_BK;  // the planes' row length (whole k tiles)
+    const int KT_ALL = (K + GW_BK - 1) / GW_BK;
+    const int KP = KT_ALL * GW_BK;  // the planes' row length (whole k tiles)
+    // this block's k tiles: kt0 .. kt0 + KT - 1 (split K: share blockIdx.z of GW_SPLITK)
+    const int kt0 = (int)blockIdx.z * KT_ALL / GW_SPLITK, KT = ((int)blockIdx.z + 1) * KT_ALL / GW_SPLITK - kt0;
 
     if (tid == 0) {
         for (int s = 0; s < GW_STAGES; ++s) {
@@ -175,7 +219,7 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
             const int s = kt % GW_STAGES;
             if (kt >= GW_STAGES) mbar_wait(empty(s), ((kt / GW_STAGES) + 1) & 1);
             const unsigned st = ring + s * STAGE;
-            const int k0 = kt * GW_BK;
+            const int k0 = (kt0 + kt) * GW_BK;
 #pragma unroll
             for (int i = 0; i < GW_BM * 8 / GW_PT; ++i) {  // A rows m0.., 8 chunks each
                 const int c = pt + GW_PT * i, r = c >> 3, ch = c & 7, k = k0 + 4 * ch;
@@ -286,8 +330,13 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
 // ---------------------------------------------------------------------------------------------
 // The exported kernels: gemm_wg_<variant>_<epilogue>; B is the planes P [PLANES, N, KP].
 
+#if GW_SPLITK > 1
+#define GW_CLUSTER __cluster_dims__(1, 1, GW_SPLITK)
+#else
+#define GW_CLUSTER
+#endif
 #define GW_KERNEL(name, passes, epi)                                                               \
-    extern "C" __global__ void __launch_bounds__(GW_THREADS, 1) name(GEMM_PARAMS) {                \
+    extern "C" __global__ void __launch_bounds__(GW_THREADS, 1) GW_CLUSTER name(GEMM_PARAMS) {     \
         gemm_wg_body<passes, epi>(A, B, bias, R, C, M, N, K);                                      \
     }
 

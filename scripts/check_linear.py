@@ -149,7 +149,7 @@ def gemm_case(variant: str, m: int, k: int, n: int, epilogue: str = "bias", nt: 
     mode = "tf32" if variant == "tf32" else "fp32"
     what = "nt" if nt else epilogue
     extra = ((f" off{offset}" if offset else "") + (" inplace" if inplace else "") + (" planes" if planes else "")
-             + (f" {tile.bm}x{tile.bn}" if tile is not None else ""))
+             + (f" {tile.label}" if tile is not None else ""))
     return judge(f"gemm {variant:6s} {what:13s} M={m} K={k} N={n}{extra}", ours, ref64, peer, mode)
 
 

@@ -115,8 +115,8 @@ def main() -> int:
                     ms = median_ms(f)
                     ok = np.isfinite(err) and (err <= 2 * t_err + EPS32 if variant == "tf32x3" else err <= 1e-3)
                     failed += not ok
-                    picked = "*" if tile == L.pick_wg_tile(variant, m, n) else " "
-                    tname = f"wgmma {tile.bm}x{tile.bn}{picked}"
+                    picked = "*" if tile == L.pick_wg_tile(variant, m, n, k) else " "
+                    tname = f"wgmma {tile.label}{picked}"
                     print(f"{name:14s} {variant:7s} {tname:14s} {flops / ms / 1e9:8.1f} "
                           f"{err:9.2e} {err / t_err:7.2f}{'' if ok else '  FAIL'}")
                 prep = median_ms(lambda: L.prepare_planes(w, variant, transposed=suffix == "nt"), reps=5, burst=2)

@@ -180,6 +180,7 @@ class WgTile:
     wg: int
     bn: int
     speed: float  # relative throughput per SM
+    splitk: int = 1  # blocks (a cluster) sharing one output tile, each 1/splitk of K (GW_SPLITK)
 
     @property
     def bm(self) -> int:
@@ -191,7 +192,11 @@ class WgTile:
 
     @property
     def defines(self) -> tuple:
-        return (("GW_WG", self.wg), ("GW_BN", self.bn))
+        return (("GW_WG", self.wg), ("GW_BN", self.bn)) + ((("GW_SPLITK", self.splitk),) if self.splitk > 1 else ())
+
+    @property
+    def label(self) -> str:
+        return f"{self.bm}x{self.bn}" + (f"/{self.splitk}" if self.splitk > 1 else "")
 
 
 # Per variant; speeds: TFLOP/s at the LM head's 1024 x 768 x 50257 (many waves) relative to 128 x 128
@@ -200,11 +205,16 @@ class WgTile:
 # gave at M = 1024's block shapes. 48 columns make 128 blocks of N = 768 (132 SMs): proj / mlp tf32x3
 # 52 / 69 TFLOP/s, against 35 / 56 on 128 x 64. tf32x3 has no 192-column tile: its part registers
 # spill there.
+# Split K (version 19): 128 x 192 in clusters of 3 blocks (96 blocks at N = 768) for tf32's mlp
+# (K = 3072): 128x48 118.7 -> 143.4 TFLOP/s (check_wgmma.py), solve tf32 back to back 155.8 -> 146.6 us
+# (scripts/tune_split_k.py, docs/bench/2026-11-22-v19). Not at proj's K = 768 (each block 8 k tiles: solve
+# slower), hence WG_SPLIT_MIN_K; clusters of 4 measured 99.9, 128 x 128 / 2 128.5, 64 x 192 / 2 130.4;
+# tf32x3's 128 x 128 / 2 73.5 against 72.6 (not kept).
 WG_TILES = {
     "tf32x3": (WgTile(2, 128, 1.0), WgTile(2, 64, 0.79), WgTile(2, 48, 0.73), WgTile(1, 128, 0.75),
                WgTile(1, 64, 0.66)),
     "tf32": (WgTile(2, 192, 1.08), WgTile(2, 128, 1.0), WgTile(2, 64, 0.80), WgTile(2, 48, 0.64),
-             WgTile(1, 128, 0.81), WgTile(1, 64, 0.62)),
+             WgTile(1, 128, 0.81), WgTile(1, 64, 0.62), WgTile(2, 192, 1.08, 3)),
 }
 
 
@@ -292,11 +302,17 @@ def prepare_planes(w, variant: str, *, transposed: bool = False, stream=None, ou
     return out
 
 
-def pick_wg_tile(variant: str, m: int, n: int, sms: int | None = None) -> WgTile:
-    """The variant's wgmma tile with the least estimated time (one block per SM): whole waves of blocks."""
+WG_SPLIT_MIN_K = 1024  # split-K tiles only where each block still gets this much of K
+
+
+def pick_wg_tile(variant: str, m: int, n: int, k: int | None = None, sms: int | None = None) -> WgTile:
+    """The variant's wgmma tile with the least estimated time (one block per SM): whole waves of
+    blocks, each bm x bn x K / splitk at the tile's speed. Split-K tiles are candidates only where K
+    is given and K / splitk >= WG_SPLIT_MIN_K."""
     sms = sm_count() if sms is None else sms
-    return min(WG_TILES[variant],
-               key=lambda t: -(-(_cdiv(m, t.bm) * _cdiv(n, t.bn)) // sms) * t.bm * t.bn / t.speed)
+    tiles = [t for t in WG_TILES[variant] if t.splitk == 1 or (k is not None and k // t.splitk >= WG_SPLIT_MIN_K)]
+    return min(tiles, key=lambda t: -(-(_cdiv(m, t.bm) * _cdiv(n, t.bn) * t.splitk) // sms) * t.bm * t.bn
+               / t.splitk / t.speed)
 
 
 def gemm_planes(a, p: Planes, bias, out, *, epilogue="bias", residual=None, stream=None, tile=None):
@@ -327,13 +343,13 @@ def gemm_planes(a, p: Planes, bias, out, *, epilogue="bias", residual=None, stre
         raise ValueError(f"the wgmma GEMM needs a compute capability 9.0 GPU; this one is "
                          f"{cp.cuda.Device().compute_capability}")
     if tile is None:
-        tile = pick_wg_tile(p.variant, m, n)
+        tile = pick_wg_tile(p.variant, m, n, k)
     elif tile not in WG_TILES[p.variant]:
         raise ValueError(f"tile must be one of cuda_linear.WG_TILES[{p.variant!r}], got {tile!r}")
     stages = wgmma_stages(p.variant, tile)
     defines = tile.defines + (("GW_STAGES", stages),) + _VARIANT_DEFINES[p.variant]
     fn = kernel("gemm_wgmma", f"gemm_wg_{p.variant}_{suffix}", defines)
-    grid = (_cdiv(m, tile.bm), _cdiv(n, tile.bn), 1)
+    grid = (_cdiv(m, tile.bm), _cdiv(n, tile.bn), tile.splitk)
     if grid[1] > 65535:
         raise ValueError(f"N = {n} needs {grid[1]} column tiles, more than a grid's 65535")
     args = (a, p.data, _NULL if bias is None else bias, _NULL if residual is None else residual, out,

@@ -167,6 +167,37 @@ def test_gemm_planes_every_tile(checks, wgmma, variant):
             assert res.ok, res.line()
 
 
+def test_gemm_planes_split_k_is_deterministic_and_in_place_safe(wgmma):
+    """The split-K tiles (a cluster's blocks add their partial tiles in rank order): the same bits on
+    every run, K shares of unequal length (K = 100: 4 k tiles in 3 shares; K = 32: blocks with no k
+    tile), M and N past whole tiles, and the residual read from the output it overwrites."""
+    import cupy as cp
+    import numpy as np
+
+    rng = np.random.default_rng()
+    split = [t for t in wgmma.WG_TILES["tf32"] if t.splitk > 1]
+    assert split, "no split-K tile to test"
+    for tile in split:
+        for m, k, n in ((1025, 3072, 768), (130, 100, 200), (65, 32, 390)):
+            a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
+            w = cp.asarray(rng.standard_normal((k, n), dtype=np.float32) * 0.02)
+            bias = cp.asarray(rng.standard_normal(n, dtype=np.float32) * 0.02)
+            r = cp.asarray(rng.standard_normal((m, n), dtype=np.float32))
+            p = wgmma.prepare_planes(w, "tf32")
+            outs = []
+            for _ in range(2):
+                o = cp.full((m, n), cp.nan, cp.float32)
+                wgmma.gemm_planes(a, p, bias, o, epilogue="bias_residual", residual=r, tile=tile)
+                outs.append(o)
+            inplace = r.copy()
+            wgmma.gemm_planes(a, p, bias, inplace, epilogue="bias_residual", residual=inplace, tile=tile)
+            ref = a.astype(cp.float64) @ w.astype(cp.float64) + bias + r
+            err = float(cp.abs(outs[0] - ref).max() / cp.abs(ref).max())
+            assert err < 1e-3, f"{tile.label} M={m} K={k} N={n}: error {err:.2e}"
+            assert bool(cp.array_equal(outs[0], outs[1])), f"{tile.label} M={m} K={k} N={n}: runs differ"
+            assert bool(cp.array_equal(outs[0], inplace)), f"{tile.label} M={m} K={k} N={n}: in place differs"
+
+
 @pytest.mark.parametrize("variant", ["tf32x3", "tf32"])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_prepare_planes_splits_exactly(wgmma, variant, transposed):
