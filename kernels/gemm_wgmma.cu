@@ -80,7 +80,10 @@
 // through distributed shared memory and adding them in rank order (deterministic), and a second
 // barrier keeps each block's shared memory alive until the others have read it.
 // Stride GW_BN + 8 (== 8 mod 32 words, or 24 at 48 columns): a half-warp's float2 stores of rows
-// g = 0..3 fall in distinct 8-bank groups, and a quarter-warp's float4 reads of a row are contiguous.
+// g = 0..3 fall in distinct 8-bank groups, and a quarter-warp's float4 reads of a row are contiguous
+// (at 48 columns a row is 12 float4, so one quarter-warp in three straddles two rows: 2-way conflicts).
+// The second cluster barrier's release also waits for this block's global stores (MEMBAR.GPU in the
+// SASS); a relaxed arrive would need the DSMEM loads known complete, and was not tried.
 #define GW_EPI_STRIDE (GW_BN + 8)
 #define GW_EPI_BYTES (GW_BM * GW_EPI_STRIDE * 4)
 

@@ -115,7 +115,7 @@ def main() -> int:
                     ms = median_ms(f)
                     ok = np.isfinite(err) and (err <= 2 * t_err + EPS32 if variant == "tf32x3" else err <= 1e-3)
                     failed += not ok
-                    picked = "*" if tile == L.pick_wg_tile(variant, m, n, k) else " "
+                    picked = "*" if tile == L.pick_wg_tile(variant, m, n, k=k) else " "
                     tname = f"wgmma {tile.label}{picked}"
                     print(f"{name:14s} {variant:7s} {tname:14s} {flops / ms / 1e9:8.1f} "
                           f"{err:9.2e} {err / t_err:7.2f}{'' if ok else '  FAIL'}")

@@ -52,7 +52,7 @@ def main() -> int:
             for label, mk in CONFIGS:
                 favour(base, label)
                 L.WG_SPLIT_MIN_K = mk
-                picks = " ".join(f"{n} {L.pick_wg_tile('tf32', s, nn, k).label}"
+                picks = " ".join(f"{n} {L.pick_wg_tile('tf32', s, nn, k=k).label}"
                                  for n, k, nn in (("proj", 768, 768), ("mlp", 3072, 768)))
                 print(f"== {label}, WG_SPLIT_MIN_K {mk}: {picks}", flush=True)
                 lines = profile(lambda: gpt2block.solve(x, out, w, s, precision="tf32"), 10)

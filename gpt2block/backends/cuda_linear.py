@@ -305,14 +305,19 @@ def prepare_planes(w, variant: str, *, transposed: bool = False, stream=None, ou
 WG_SPLIT_MIN_K = 1024  # split-K tiles only where each block still gets this much of K
 
 
-def pick_wg_tile(variant: str, m: int, n: int, k: int | None = None, sms: int | None = None) -> WgTile:
+def pick_wg_tile(variant: str, m: int, n: int, sms: int | None = None, *, k: int | None = None) -> WgTile:
     """The variant's wgmma tile with the least estimated time (one block per SM): whole waves of
     blocks, each bm x bn x K / splitk at the tile's speed. Split-K tiles are candidates only where K
-    is given and K / splitk >= WG_SPLIT_MIN_K."""
+    is given and K / splitk >= WG_SPLIT_MIN_K; their clusters must sit whole in one GPC, so a wave of
+    them is counted as 7/8 of the SMs (a GPC's SM count need not be a multiple of the cluster's)."""
     sms = sm_count() if sms is None else sms
     tiles = [t for t in WG_TILES[variant] if t.splitk == 1 or (k is not None and k // t.splitk >= WG_SPLIT_MIN_K)]
-    return min(tiles, key=lambda t: -(-(_cdiv(m, t.bm) * _cdiv(n, t.bn) * t.splitk) // sms) * t.bm * t.bn
-               / t.splitk / t.speed)
+
+    def cost(t: WgTile) -> float:
+        wave = sms if t.splitk == 1 else sms - sms // 8
+        return -(-(_cdiv(m, t.bm) * _cdiv(n, t.bn) * t.splitk) // wave) * t.bm * t.bn / t.splitk / t.speed
+
+    return min(tiles, key=cost)
 
 
 def gemm_planes(a, p: Planes, bias, out, *, epilogue="bias", residual=None, stream=None, tile=None):
@@ -343,7 +348,7 @@ def gemm_planes(a, p: Planes, bias, out, *, epilogue="bias", residual=None, stre
         raise ValueError(f"the wgmma GEMM needs a compute capability 9.0 GPU; this one is "
                          f"{cp.cuda.Device().compute_capability}")
     if tile is None:
-        tile = pick_wg_tile(p.variant, m, n, k)
+        tile = pick_wg_tile(p.variant, m, n, k=k)
     elif tile not in WG_TILES[p.variant]:
         raise ValueError(f"tile must be one of cuda_linear.WG_TILES[{p.variant!r}], got {tile!r}")
     stages = wgmma_stages(p.variant, tile)

@@ -174,11 +174,13 @@ def test_gemm_planes_split_k_is_deterministic_and_in_place_safe(wgmma):
     import cupy as cp
     import numpy as np
 
-    rng = np.random.default_rng()
+    seed = int(np.random.default_rng().integers(1 << 31))  # fresh data, reproducible from the message
+    rng = np.random.default_rng(seed)
     split = [t for t in wgmma.WG_TILES["tf32"] if t.splitk > 1]
     assert split, "no split-K tile to test"
     for tile in split:
         for m, k, n in ((1025, 3072, 768), (130, 100, 200), (65, 32, 390)):
+            where = f"{tile.label} M={m} K={k} N={n} seed {seed}"
             a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
             w = cp.asarray(rng.standard_normal((k, n), dtype=np.float32) * 0.02)
             bias = cp.asarray(rng.standard_normal(n, dtype=np.float32) * 0.02)
@@ -193,9 +195,15 @@ def test_gemm_planes_split_k_is_deterministic_and_in_place_safe(wgmma):
             wgmma.gemm_planes(a, p, bias, inplace, epilogue="bias_residual", residual=inplace, tile=tile)
             ref = a.astype(cp.float64) @ w.astype(cp.float64) + bias + r
             err = float(cp.abs(outs[0] - ref).max() / cp.abs(ref).max())
-            assert err < 1e-3, f"{tile.label} M={m} K={k} N={n}: error {err:.2e}"
-            assert bool(cp.array_equal(outs[0], outs[1])), f"{tile.label} M={m} K={k} N={n}: runs differ"
-            assert bool(cp.array_equal(outs[0], inplace)), f"{tile.label} M={m} K={k} N={n}: in place differs"
+            assert err < 1e-3, f"{where}: error {err:.2e}"
+            assert bool(cp.array_equal(outs[0], outs[1])), f"{where}: runs differ"
+            assert bool(cp.array_equal(outs[0], inplace)), f"{where}: in place differs"
+            # the other epilogues: bias alone, and none (the LM head's product)
+            plain = cp.full((m, n), cp.nan, cp.float32)
+            wgmma.gemm_planes(a, p, bias, plain, epilogue="bias", tile=tile)
+            assert float(cp.abs(plain - (ref - r)).max() / cp.abs(ref - r).max()) < 1e-3, f"{where}: bias"
+            wgmma.gemm_planes(a, p, None, plain, epilogue=None, tile=tile)
+            assert float(cp.abs(plain - (ref - r - bias)).max() / cp.abs(ref - r - bias).max()) < 1e-3, f"{where}: none"
 
 
 @pytest.mark.parametrize("variant", ["tf32x3", "tf32"])
