@@ -70,7 +70,7 @@
 // ---------------------------------------------------------------------------------------------
 
 // The epilogue, through shared memory. The consumers write their accumulators into the (now idle)
-// ring as a row-major GW_BM x GW_BN tile of stride GW_EPI_STRIDE floats, then their 256 threads walk
+// ring as a row-major GW_BM x GW_BN tile of stride GW_EPI_STRIDE floats, then all their threads walk
 // its rows a float4 at a time in a loop: bias (and the residual) read as float4, whole rows of C
 // written. (Version 18 applied the epilogue to the fragments in place, unrolled: 96 outputs a thread
 // at 192 columns, each with its own bias load, about 6,000 instructions executed once per warp;
@@ -123,8 +123,8 @@ template <int EPI>
 __device__ __forceinline__ void gemm_wg_epilogue(const float (&acc)[GW_BN / 2], unsigned ring,
                                                  const float* __restrict__ bias, const float* R, float* C,
                                                  int M, int N, int m0, int n0, int wg, int ct) {
-    // Every consumer's wgmmas are done (the other one's may still have read the ring's last stage):
-    // the consumers' threads meet at named barrier 1 before the ring is overwritten.
+    // This consumer's wgmmas are done, the other's may still be reading the ring's last stage: the
+    // consumers' threads meet at named barrier 1 before the ring is overwritten.
     asm volatile("bar.sync 1, %0;\n" ::"n"(128 * GW_WG) : "memory");
     // Accumulator layout (m64nNk8, f32): warp w of the warpgroup holds rows 16w + g and 16w + g + 8
     // (g = lane / 4); acc[4j + 2h + e] is (row 16w + g + 8h, column 8j + 2t + e), t = lane % 4.
