@@ -13,8 +13,9 @@
 // element before, and was slower).
 //
 // Each warp takes rows warp, warp + W, warp + 2W, ... (W = the grid's warps) and loads its next
-// row before it works on the current one: with a grid of a few blocks per SM, an SM's loads of
-// the next rows stream while its warps reduce and store the current ones. A grid of
+// row (its next two up to D = 768: LN_DEPTH) before it works on the current one: with a grid of a
+// few blocks per SM, an SM's loads of the next rows stream while its warps reduce and store the
+// current ones. A grid of
 // ceil(rows / LN_WARPS) blocks gives each warp one row (and no overlap between an SM's reads and
 // writes: they all load, then all store).
 //
@@ -28,6 +29,12 @@
 #endif
 #ifndef LN_MAX_VEC
 #define LN_MAX_VEC 13  // float4 per lane: D up to 1664 (gpt2-xl: 1600)
+#endif
+#ifndef LN_DEPTH
+// Rows a warp holds at once: the one it works on and 1 or 2 loaded ahead. Three fit the registers of
+// 4 blocks per SM up to D = 768 (128 registers), and measured 16.5 us against 16.8 at 8192 x 768
+// (scripts/probe_layernorm_bound.py, version 20); wider rows keep two.
+#define LN_DEPTH (LN_MAX_VEC <= 6 ? 3 : 2)
 #endif
 
 // v = row `row` of x, lane's share: float4 number lane + 32 i (zero past the row's end).
@@ -111,6 +118,22 @@ extern "C" __global__ void __launch_bounds__(32 * LN_WARPS) layernorm_f32(
     const int nvec = D >> 2;
     int row = blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
     if (row >= rows) return;
+#if LN_DEPTH == 3
+    float4 va[LN_MAX_VEC], vb[LN_MAX_VEC], vc[LN_MAX_VEC];  // this row and the next two, in turn
+    ln_load(va, x, row, x_stride, nvec, lane);
+    if (row + stride < rows) ln_load(vb, x, row + stride, x_stride, nvec, lane);
+    while (true) {
+        if (row + 2 * stride < rows) ln_load(vc, x, row + 2 * stride, x_stride, nvec, lane);
+        ln_row(va, g, b, y, row, y_stride, D, nvec, lane, eps);
+        if ((row += stride) >= rows) break;
+        if (row + 2 * stride < rows) ln_load(va, x, row + 2 * stride, x_stride, nvec, lane);
+        ln_row(vb, g, b, y, row, y_stride, D, nvec, lane, eps);
+        if ((row += stride) >= rows) break;
+        if (row + 2 * stride < rows) ln_load(vb, x, row + 2 * stride, x_stride, nvec, lane);
+        ln_row(vc, g, b, y, row, y_stride, D, nvec, lane, eps);
+        if ((row += stride) >= rows) break;
+    }
+#else
     float4 va[LN_MAX_VEC], vb[LN_MAX_VEC];  // this row and the next, alternating
     ln_load(va, x, row, x_stride, nvec, lane);
     while (true) {
@@ -124,4 +147,5 @@ extern "C" __global__ void __launch_bounds__(32 * LN_WARPS) layernorm_f32(
         if (r2 >= rows) break;
         row = r2;
     }
+#endif
 }

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""What bounds the LayerNorm at 8192 x 768 (docs/PERFORMANCE.md, version 20): python scripts/probe_layernorm_bound.py
+
+Times, by the benchmark's burst method (gpt2block.bench._burst_median, four input / output sets), a
+torch copy of the same bytes, our own copies of the same rows (a warp a row, one or two rows in flight,
+grid-stride; and a torch-like one, 8 KB a block), the kept LayerNorm (kernels/layernorm.cu) and
+the same arithmetic with one row loaded ahead (version 19's schedule), and variants that share that
+schedule and the kernel's helpers but do less arithmetic a row: the row's statistics in fp32 (two
+fp32 warp sums), or none at all (g, b, FMA and the store only). Prints us per call and TB/s, and the copy
+ceiling of gpt2block.bench in the same run. The fp32 and no-statistics variants compute something
+else than the kept LayerNorm: they are measurements, not kernels.
+The probe kernels live here, not in kernels/, for that reason.
+"""
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import cupy as cp  # noqa: E402
+import torch  # noqa: E402
+
+from gpt2block.backends import cuda_ops  # noqa: E402
+from gpt2block.backends.cuda_modules import sm_count  # noqa: E402
+from gpt2block.bench import _burst_median, measure_ceilings  # noqa: E402
+
+SRC = r'''
+#define LN_WARPS 4
+#define LN_MAX_VEC 6
+#define LN_DEPTH 2  // this file's layernorm_f32: one row loaded ahead (version 19's schedule)
+#include "layernorm.cu"
+
+
+// a torch-like copy: each thread 4 float4 at a stride of 128 threads, a block covers 8 KB, no grid stride
+extern "C" __global__ void __launch_bounds__(128) copy_chunk(const float4* __restrict__ x, float4* __restrict__ y, long long n4) {
+    const long long base = (long long)blockIdx.x * 512 + threadIdx.x;
+    float4 v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) if (base + 128 * i < n4) v[i] = x[base + 128 * i];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) if (base + 128 * i < n4) y[base + 128 * i] = v[i];
+}
+// a warp a row, DEPTH rows in flight; ORDER 0: grid-stride rows, 1: each block a contiguous run of rows
+template <int DEPTH, int ORDER>
+__device__ void rowcopy_t(const float* __restrict__ x, float* __restrict__ y, int rows) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int per_block = (rows + gridDim.x - 1) / gridDim.x;
+    for (int k = 0;; k += DEPTH) {
+        float4 v[DEPTH][6];
+        int r[DEPTH];
+#pragma unroll
+        for (int d = 0; d < DEPTH; ++d) {
+            const int kk = k + d;
+            r[d] = ORDER == 0 ? (blockIdx.x * 4 + warp) + kk * gridDim.x * 4 : blockIdx.x * per_block + warp + 4 * kk;
+            const bool ok = ORDER == 0 ? r[d] < rows : (warp + 4 * kk < per_block && r[d] < rows);
+            if (!ok) r[d] = -1;
+            if (r[d] >= 0) {
+#pragma unroll
+                for (int i = 0; i < 6; ++i) v[d][i] = reinterpret_cast<const float4*>(x + (long long)r[d] * 768)[lane + 32 * i];
+            }
+        }
+#pragma unroll
+        for (int d = 0; d < DEPTH; ++d)
+            if (r[d] >= 0) {
+#pragma unroll
+                for (int i = 0; i < 6; ++i) reinterpret_cast<float4*>(y + (long long)r[d] * 768)[lane + 32 * i] = v[d][i];
+            }
+        if (r[DEPTH - 1] < 0) break;
+    }
+}
+extern "C" __global__ void __launch_bounds__(128) rowcopy_d1_o0(const float* x, float* y, int rows) { rowcopy_t<1, 0>(x, y, rows); }
+extern "C" __global__ void __launch_bounds__(128) rowcopy_d2_o0(const float* x, float* y, int rows) { rowcopy_t<2, 0>(x, y, rows); }
+
+// MODE 1: fp32 statistics (two fp32 warp sums); MODE 2: none (mean 0, rstd 1): g, b, FMA, store;
+// MODE 3: fp32 mean, then float64 squares as the kept kernel (two reductions)
+template <int MODE>
+__device__ __forceinline__ void ln_row_t(float4 (&v)[LN_MAX_VEC], const float* __restrict__ g, const float* __restrict__ b,
+                                         float* __restrict__ y, int row, int D, int nvec, int lane, float eps) {
+    float rstd = 1.f;
+    if (MODE == 1 || MODE == 3) {
+        const float c = warp_sum(ln_lane_sum(v, nvec, lane)) / D;
+        ln_shift(v, c, nvec, lane);
+        if (MODE == 1) {
+            float sq = 0.f;
+#pragma unroll
+            for (int i = 0; i < LN_MAX_VEC; ++i)
+                if (lane + 32 * i < nvec) sq += (v[i].x * v[i].x + v[i].y * v[i].y) + (v[i].z * v[i].z + v[i].w * v[i].w);
+            rstd = rsqrtf(warp_sum(sq) / D + eps);
+        } else {
+            double sq = 0.0;
+#pragma unroll
+            for (int i = 0; i < LN_MAX_VEC; ++i)
+                if (lane + 32 * i < nvec) sq += (double)((v[i].x * v[i].x + v[i].y * v[i].y) + (v[i].z * v[i].z + v[i].w * v[i].w));
+            rstd = (float)(1.0 / sqrt(warp_sum(sq) / D + (double)eps));
+        }
+    }
+    const float4* g4 = reinterpret_cast<const float4*>(g);
+    const float4* b4 = reinterpret_cast<const float4*>(b);
+    float4* yr = reinterpret_cast<float4*>(y + (long long)row * D);
+#pragma unroll
+    for (int i = 0; i < LN_MAX_VEC; ++i) {
+        const int c4 = lane + 32 * i;
+        if (c4 < nvec) {
+            const float4 gg = __ldg(g4 + c4), bv = __ldg(b4 + c4);
+            yr[c4] = make_float4(fmaf(v[i].x * rstd, gg.x, bv.x), fmaf(v[i].y * rstd, gg.y, bv.y),
+                                 fmaf(v[i].z * rstd, gg.z, bv.z), fmaf(v[i].w * rstd, gg.w, bv.w));
+        }
+    }
+}
+template <int MODE>
+__device__ void ln_t(const float* __restrict__ x, const float* __restrict__ g, const float* __restrict__ b,
+                     float* __restrict__ y, int rows, int D, float eps) {
+    const int lane = threadIdx.x & 31, stride = gridDim.x * 4, nvec = D >> 2;
+    int row = blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    float4 va[LN_MAX_VEC], vb[LN_MAX_VEC];
+    ln_load(va, x, row, D, nvec, lane);
+    while (true) {
+        const int r1 = row + stride;
+        if (r1 < rows) ln_load(vb, x, r1, D, nvec, lane);
+        ln_row_t<MODE>(va, g, b, y, row, D, nvec, lane, eps);
+        if (r1 >= rows) break;
+        const int r2 = r1 + stride;
+        if (r2 < rows) ln_load(va, x, r2, D, nvec, lane);
+        ln_row_t<MODE>(vb, g, b, y, r1, D, nvec, lane, eps);
+        if (r2 >= rows) break;
+        row = r2;
+    }
+}
+extern "C" __global__ void __launch_bounds__(128) ln_fp32stats(const float* x, const float* g, const float* b, float* y, int rows, int D, float eps) { ln_t<1>(x, g, b, y, rows, D, eps); }
+extern "C" __global__ void __launch_bounds__(128) ln_nostats(const float* x, const float* g, const float* b, float* y, int rows, int D, float eps) { ln_t<2>(x, g, b, y, rows, D, eps); }
+extern "C" __global__ void __launch_bounds__(128) ln_tworeductions(const float* x, const float* g, const float* b, float* y, int rows, int D, float eps) { ln_t<3>(x, g, b, y, rows, D, eps); }
+'''
+
+
+def main() -> None:
+    sms = sm_count()
+    print(f"copy ceiling {measure_ceilings(torch, 20)['copy_TBps']:.3f} TB/s", flush=True)
+    mod = cp.RawModule(code=SRC, options=("-std=c++17", f"-I{ROOT / 'kernels'}"))
+    rows, d, sets = 8192, 768, 4
+    xs = [torch.randn(rows, d, device="cuda") for _ in range(sets)]
+    ys = [torch.full_like(xs[0], float("nan")) for _ in range(sets)]
+    g = torch.rand(d, device="cuda") + 0.5
+    b = torch.randn(d, device="cuda")
+    xc, yc = [cp.asarray(t) for t in xs], [cp.asarray(t) for t in ys]
+    gc, bc = cp.asarray(g), cp.asarray(b)
+    nbytes, n4 = 2 * rows * d * 4, rows * d // 4
+    R, I, F = cp.int32(rows), cp.int32, cp.float32
+    # version 19's schedule (one row ahead) runs the same arithmetic: its output must be the kept
+    # kernel's (two rows ahead at D = 768), bit for bit
+    ref = cp.empty_like(yc[0])
+    cuda_ops.layernorm(xc[0], gc, bc, ref, 1e-5)
+    out = cp.full_like(ref, cp.nan)
+    mod.get_function("layernorm_f32")((4 * sms,), (128,), (xc[0], gc, bc, out, R, I(d), I(d), I(d), F(1e-5)))
+    print(f"one row ahead bit-equal to the kept kernel: {bool((out == ref).all())}", flush=True)
+    one_ahead = mod.get_function("layernorm_f32")
+
+    def ln(name, per):
+        k = mod.get_function(name)
+        return lambda i: k((per * sms,), (128,), (xc[i % sets], gc, bc, yc[i % sets], R, I(d), F(1e-5)))
+
+    def rowcopy(name, per):
+        k = mod.get_function(name)
+        return lambda i: k((per * sms,), (128,), (xc[i % sets], yc[i % sets], R))
+
+    chunk = mod.get_function("copy_chunk")
+    cases = {"torch copy": lambda i: ys[i % sets].copy_(xs[i % sets]),
+             "copy_chunk (8 KB a block)": lambda i: chunk((-(-n4 // 512),), (128,), (xc[i % sets], yc[i % sets], cp.int64(n4))),
+             "rowcopy, 1 row in flight, 4/SM": rowcopy("rowcopy_d1_o0", 4),
+             "rowcopy, 2 rows in flight, 8/SM": rowcopy("rowcopy_d2_o0", 8),
+             "LayerNorm kept (2 rows ahead), 4/SM": lambda i: cuda_ops.layernorm(xc[i % sets], gc, bc, yc[i % sets], 1e-5),
+             "LayerNorm, 1 row ahead, 4/SM": lambda i: one_ahead((4 * sms,), (128,), (xc[i % sets], gc, bc, yc[i % sets],
+                                                                                    R, I(d), I(d), I(d), F(1e-5))),
+             "fp32 statistics, 4/SM": ln("ln_fp32stats", 4),
+             "no statistics, 4/SM": ln("ln_nostats", 4)}
+    res = {}
+    for _ in range(3):
+        for k, fn in cases.items():
+            res.setdefault(k, []).append(_burst_median(torch, fn, 30) * 1e3)
+    for k, v in res.items():
+        print(f"  {k:34s} " + " / ".join(f"{x:6.2f}" for x in v) + f" us  {nbytes / (min(v) * 1e-6) / 1e12:.3f} TB/s",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
