@@ -13,7 +13,7 @@
 // element before, and was slower).
 //
 // Each warp takes rows warp, warp + W, warp + 2W, ... (W = the grid's warps) and loads its next
-// row (its next two up to D = 768: LN_DEPTH) before it works on the current one: with a grid of a
+// row (its next two: LN_DEPTH) before it works on the current one: with a grid of a
 // few blocks per SM, an SM's loads of the next rows stream while its warps reduce and store the
 // current ones. A grid of
 // ceil(rows / LN_WARPS) blocks gives each warp one row (and no overlap between an SM's reads and
@@ -31,10 +31,14 @@
 #define LN_MAX_VEC 13  // float4 per lane: D up to 1664 (gpt2-xl: 1600)
 #endif
 #ifndef LN_DEPTH
-// Rows a warp holds at once: the one it works on and 1 or 2 loaded ahead. Three fit the registers of
-// 4 blocks per SM up to D = 768 (128 registers), and measured 16.5 us against 16.8 at 8192 x 768
-// (scripts/probe_layernorm_bound.py, version 20); wider rows keep two.
-#define LN_DEPTH (LN_MAX_VEC <= 6 ? 3 : 2)
+// Rows a warp holds at once: 2, the one it works on and the next; or 3, two loaded ahead. gpt2block
+// builds 3 where each warp takes 3 rows or more and LN_MAX_VEC is 4 to 6 (cuda_ops.layernorm): at 6
+// the kernel then takes 128 registers (4 blocks per SM still fit) and measured 16.5 us against 16.8
+// at 8192 x 768 (scripts/probe_layernorm_bound.py); at 3 ptxas spills, and wider rows would not fit.
+#define LN_DEPTH 2
+#endif
+#if LN_DEPTH != 2 && LN_DEPTH != 3
+#error "LN_DEPTH must be 2 or 3"
 #endif
 
 // v = row `row` of x, lane's share: float4 number lane + 32 i (zero past the row's end).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What bounds the LayerNorm at 8192 x 768 (docs/PERFORMANCE.md, version 20): python scripts/probe_layernorm_bound.py
+"""What bounds the LayerNorm at 8192 x 768 (docs/PERFORMANCE.md, version 20's items 1 and 2): python scripts/probe_layernorm_bound.py
 
 Times, by the benchmark's burst method (gpt2block.bench._burst_median, four input / output sets), a
 torch copy of the same bytes, our own copies of the same rows (a warp a row, one or two rows in flight,
@@ -27,7 +27,7 @@ from gpt2block.bench import _burst_median, measure_ceilings  # noqa: E402
 SRC = r'''
 #define LN_WARPS 4
 #define LN_MAX_VEC 6
-#define LN_DEPTH 2  // this file's layernorm_f32: one row loaded ahead (version 19's schedule)
+#define LN_DEPTH 2  // this file's layernorm_f32: one row loaded ahead (version 19's; cuda_ops picks 3 here)
 #include "layernorm.cu"
 
 
@@ -40,20 +40,18 @@ extern "C" __global__ void __launch_bounds__(128) copy_chunk(const float4* __res
 #pragma unroll
     for (int i = 0; i < 4; ++i) if (base + 128 * i < n4) y[base + 128 * i] = v[i];
 }
-// a warp a row, DEPTH rows in flight; ORDER 0: grid-stride rows, 1: each block a contiguous run of rows
-template <int DEPTH, int ORDER>
+// a warp a row, DEPTH rows in flight, rows grid-stride
+template <int DEPTH>
 __device__ void rowcopy_t(const float* __restrict__ x, float* __restrict__ y, int rows) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int per_block = (rows + gridDim.x - 1) / gridDim.x;
     for (int k = 0;; k += DEPTH) {
         float4 v[DEPTH][6];
         int r[DEPTH];
 #pragma unroll
         for (int d = 0; d < DEPTH; ++d) {
             const int kk = k + d;
-            r[d] = ORDER == 0 ? (blockIdx.x * 4 + warp) + kk * gridDim.x * 4 : blockIdx.x * per_block + warp + 4 * kk;
-            const bool ok = ORDER == 0 ? r[d] < rows : (warp + 4 * kk < per_block && r[d] < rows);
-            if (!ok) r[d] = -1;
+            r[d] = (blockIdx.x * 4 + warp) + kk * gridDim.x * 4;
+            if (r[d] >= rows) r[d] = -1;
             if (r[d] >= 0) {
 #pragma unroll
                 for (int i = 0; i < 6; ++i) v[d][i] = reinterpret_cast<const float4*>(x + (long long)r[d] * 768)[lane + 32 * i];
@@ -68,31 +66,22 @@ __device__ void rowcopy_t(const float* __restrict__ x, float* __restrict__ y, in
         if (r[DEPTH - 1] < 0) break;
     }
 }
-extern "C" __global__ void __launch_bounds__(128) rowcopy_d1_o0(const float* x, float* y, int rows) { rowcopy_t<1, 0>(x, y, rows); }
-extern "C" __global__ void __launch_bounds__(128) rowcopy_d2_o0(const float* x, float* y, int rows) { rowcopy_t<2, 0>(x, y, rows); }
+extern "C" __global__ void __launch_bounds__(128) rowcopy_d1(const float* x, float* y, int rows) { rowcopy_t<1>(x, y, rows); }
+extern "C" __global__ void __launch_bounds__(128) rowcopy_d2(const float* x, float* y, int rows) { rowcopy_t<2>(x, y, rows); }
 
-// MODE 1: fp32 statistics (two fp32 warp sums); MODE 2: none (mean 0, rstd 1): g, b, FMA, store;
-// MODE 3: fp32 mean, then float64 squares as the kept kernel (two reductions)
+// MODE 1: fp32 statistics (two fp32 warp sums); MODE 2: none (mean 0, rstd 1): g, b, FMA, store
 template <int MODE>
 __device__ __forceinline__ void ln_row_t(float4 (&v)[LN_MAX_VEC], const float* __restrict__ g, const float* __restrict__ b,
                                          float* __restrict__ y, int row, int D, int nvec, int lane, float eps) {
     float rstd = 1.f;
-    if (MODE == 1 || MODE == 3) {
+    if (MODE == 1) {
         const float c = warp_sum(ln_lane_sum(v, nvec, lane)) / D;
         ln_shift(v, c, nvec, lane);
-        if (MODE == 1) {
-            float sq = 0.f;
+        float sq = 0.f;
 #pragma unroll
-            for (int i = 0; i < LN_MAX_VEC; ++i)
-                if (lane + 32 * i < nvec) sq += (v[i].x * v[i].x + v[i].y * v[i].y) + (v[i].z * v[i].z + v[i].w * v[i].w);
-            rstd = rsqrtf(warp_sum(sq) / D + eps);
-        } else {
-            double sq = 0.0;
-#pragma unroll
-            for (int i = 0; i < LN_MAX_VEC; ++i)
-                if (lane + 32 * i < nvec) sq += (double)((v[i].x * v[i].x + v[i].y * v[i].y) + (v[i].z * v[i].z + v[i].w * v[i].w));
-            rstd = (float)(1.0 / sqrt(warp_sum(sq) / D + (double)eps));
-        }
+        for (int i = 0; i < LN_MAX_VEC; ++i)
+            if (lane + 32 * i < nvec) sq += (v[i].x * v[i].x + v[i].y * v[i].y) + (v[i].z * v[i].z + v[i].w * v[i].w);
+        rstd = rsqrtf(warp_sum(sq) / D + eps);
     }
     const float4* g4 = reinterpret_cast<const float4*>(g);
     const float4* b4 = reinterpret_cast<const float4*>(b);
@@ -129,7 +118,6 @@ __device__ void ln_t(const float* __restrict__ x, const float* __restrict__ g, c
 }
 extern "C" __global__ void __launch_bounds__(128) ln_fp32stats(const float* x, const float* g, const float* b, float* y, int rows, int D, float eps) { ln_t<1>(x, g, b, y, rows, D, eps); }
 extern "C" __global__ void __launch_bounds__(128) ln_nostats(const float* x, const float* g, const float* b, float* y, int rows, int D, float eps) { ln_t<2>(x, g, b, y, rows, D, eps); }
-extern "C" __global__ void __launch_bounds__(128) ln_tworeductions(const float* x, const float* g, const float* b, float* y, int rows, int D, float eps) { ln_t<3>(x, g, b, y, rows, D, eps); }
 '''
 
 
@@ -147,7 +135,7 @@ def main() -> None:
     nbytes, n4 = 2 * rows * d * 4, rows * d // 4
     R, I, F = cp.int32(rows), cp.int32, cp.float32
     # version 19's schedule (one row ahead) runs the same arithmetic: its output must be the kept
-    # kernel's (two rows ahead at D = 768), bit for bit
+    # kernel's (cuda_ops.layernorm builds two rows ahead at this shape), bit for bit
     ref = cp.empty_like(yc[0])
     cuda_ops.layernorm(xc[0], gc, bc, ref, 1e-5)
     out = cp.full_like(ref, cp.nan)
@@ -166,8 +154,8 @@ def main() -> None:
     chunk = mod.get_function("copy_chunk")
     cases = {"torch copy": lambda i: ys[i % sets].copy_(xs[i % sets]),
              "copy_chunk (8 KB a block)": lambda i: chunk((-(-n4 // 512),), (128,), (xc[i % sets], yc[i % sets], cp.int64(n4))),
-             "rowcopy, 1 row in flight, 4/SM": rowcopy("rowcopy_d1_o0", 4),
-             "rowcopy, 2 rows in flight, 8/SM": rowcopy("rowcopy_d2_o0", 8),
+             "rowcopy, 1 row in flight, 4/SM": rowcopy("rowcopy_d1", 4),
+             "rowcopy, 2 rows in flight, 8/SM": rowcopy("rowcopy_d2", 8),
              "LayerNorm kept (2 rows ahead), 4/SM": lambda i: cuda_ops.layernorm(xc[i % sets], gc, bc, yc[i % sets], 1e-5),
              "LayerNorm, 1 row ahead, 4/SM": lambda i: one_ahead((4 * sms,), (128,), (xc[i % sets], gc, bc, yc[i % sets],
                                                                                     R, I(d), I(d), I(d), F(1e-5))),

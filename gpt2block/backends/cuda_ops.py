@@ -20,6 +20,7 @@ LN_BLOCKS_PER_SM = 4  # layernorm's grid at most this many blocks per SM (each w
 LN_MAX_VEC = 13  # layernorm.cu holds a row in registers: D <= 128 * LN_MAX_VEC (a module per
 # ceil(D / 128), so a narrow row does not pay a wide row's registers)
 LN_MAX_D = 128 * LN_MAX_VEC
+LN_DEPTH3_VEC = (4, 5, 6)  # float4 per lane (D 385 to 768) at which layernorm.cu may hold three rows a warp
 ARGMAX_THREADS = 256
 ARGMAX_CHUNK = 8 * ARGMAX_THREADS  # logits per block: ARGMAX_UNROLL loads per thread (sampling.cu)
 
@@ -74,12 +75,15 @@ def layernorm(x, g, b, y, eps: float, blocks: int | None = None) -> None:
     for n, a in (("g", g), ("b", b)):
         if _f32(n, a, 1).shape[0] != d:
             raise ValueError(f"{n} must have shape ({d},); got {a.shape}")
-    k = kernel("layernorm", "layernorm_f32", (("LN_WARPS", LN_WARPS), ("LN_MAX_VEC", -(-d // 128))))
+    vec = -(-d // 128)
     most = -(-rows // LN_WARPS)  # one row per warp
     if blocks is None:
         blocks = min(most, LN_BLOCKS_PER_SM * sm_count())
     elif not 1 <= blocks <= most:
         raise ValueError(f"layernorm of {rows} rows takes 1 to {most} blocks; got {blocks}")
+    # two rows loaded ahead where some warp takes three or more and the width allows (layernorm.cu)
+    depth = 3 if vec in LN_DEPTH3_VEC and rows > 2 * LN_WARPS * blocks else 2
+    k = kernel("layernorm", "layernorm_f32", (("LN_WARPS", LN_WARPS), ("LN_MAX_VEC", vec), ("LN_DEPTH", depth)))
     launch(k, (blocks,), (32 * LN_WARPS,),
            (x, g, b, y, cp.int32(rows), cp.int32(d), cp.int32(xs), cp.int32(ys), cp.float32(eps)))
 

@@ -148,33 +148,34 @@ def test_layernorm_kernel(cp, torch_cuda, rows, d, blocks):
     assert np.abs(ours - ref).max() <= 2 * np.abs(peer - ref).max() + slack
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 30, 1025])
-@pytest.mark.parametrize("blocks", [1, 7, None])
-def test_layernorm_schedules_give_the_same_bits(cp, rows, blocks):
-    """Two rows loaded ahead (LN_DEPTH 3, the build at D <= 768) and one (LN_DEPTH 2) run the same
-    arithmetic on every row: bit-equal outputs, whatever the number of rows each warp takes."""
+@pytest.mark.parametrize("d", [768, 640, 512])
+@pytest.mark.parametrize("rows, blocks", [(4, 1), (8, 1), (12, 1), (16, 1), (20, 1), (24, 1), (28, 1),
+                                          (30, 2), (1025, 7), (8192, None)])
+def test_layernorm_schedules_give_the_same_bits(cp, d, rows, blocks):
+    """Two rows loaded ahead (LN_DEPTH 3, built at 385 <= D <= 768 where some warp takes three rows
+    or more) and one (LN_DEPTH 2) run the same arithmetic on every row: bit-equal outputs, with 1 to 7
+    rows a warp (the loop's exits after each of its three buffers), and at the benchmark's shape with
+    the default grid (None: LN_BLOCKS_PER_SM per SM)."""
     from gpt2block.backends import cuda_ops
-    from gpt2block.backends.cuda_modules import kernel, launch
+    from gpt2block.backends.cuda_modules import kernel, launch, sm_count
 
-    d = 768
-    rng = np.random.default_rng()
-    x = cp.asarray(rng.normal(0, 1, (rows, d)).astype(np.float32) + rng.normal(0, 50, (rows, 1)).astype(np.float32))
-    g = cp.asarray(rng.uniform(0.8, 1.2, d).astype(np.float32))
+    seed = int(np.random.default_rng().integers(2**31))
+    print(f"seed {seed}")
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 1, (rows, d)).astype(np.float32) + rng.normal(0, 50, (rows, 1)).astype(np.float32)
+    x, g = cp.asarray(x), cp.asarray(rng.uniform(0.8, 1.2, d).astype(np.float32))
     b = cp.asarray(rng.normal(0, 0.1, d).astype(np.float32))
-    most = -(-rows // cuda_ops.LN_WARPS)
-    grid = most if blocks is None else min(blocks, most)
+    grid = min(-(-rows // cuda_ops.LN_WARPS), cuda_ops.LN_BLOCKS_PER_SM * sm_count()) if blocks is None else blocks
     outs = []
     for depth in (3, 2):
         y = cp.full((rows, d), cp.nan, cp.float32)
-        k = kernel("layernorm", "layernorm_f32", (("LN_WARPS", cuda_ops.LN_WARPS), ("LN_MAX_VEC", 6), ("LN_DEPTH", depth)))
+        k = kernel("layernorm", "layernorm_f32",
+                   (("LN_WARPS", cuda_ops.LN_WARPS), ("LN_MAX_VEC", -(-d // 128)), ("LN_DEPTH", depth)))
         launch(k, (grid,), (32 * cuda_ops.LN_WARPS,),
                (x, g, b, y, cp.int32(rows), cp.int32(d), cp.int32(d), cp.int32(d), cp.float32(1e-5)))
         outs.append(cp.asnumpy(y))
-    want = cp.full((rows, d), cp.nan, cp.float32)
-    cuda_ops.layernorm(x, g, b, want, 1e-5, blocks=grid)
     assert np.isfinite(outs[0]).all()
     np.testing.assert_array_equal(outs[0], outs[1])
-    np.testing.assert_array_equal(outs[0], cp.asnumpy(want))
 
 
 def test_layernorm_rejects_a_grid_beyond_its_rows(cp):
