@@ -227,22 +227,28 @@ def _torch_block_fns(torch):
 
 # -- LayerNorm -----------------------------------------------------------------
 
+def layernorm_sets(torch, rows, d, sets):
+    """The LayerNorm benchmark's data: ``sets`` fresh inputs x [rows, d] (torch.randn) with NaN-filled
+    outputs y, and g, b [d]; as torch tensors and as CuPy views of them:
+    (xs, ys, g, b, xs_cupy, ys_cupy, g_cupy, b_cupy)."""
+    import cupy as cp
+
+    xs = [torch.randn(rows, d, device="cuda") for _ in range(sets)]
+    ys = [torch.full_like(xs[0], float("nan")) for _ in range(sets)]
+    g = torch.rand(d, device="cuda") + 0.5
+    b = torch.randn(d, device="cuda")
+    return xs, ys, g, b, [cp.asarray(t) for t in xs], [cp.asarray(t) for t in ys], cp.asarray(g), cp.asarray(b)
+
+
 def bench_layernorm(torch, reps, rows=8192, d=768, sets=4):
     """LayerNorm of rows x d, ours against torch's layer_norm and a same-size torch copy. The
     row's figure is the time per call in bursts of back-to-back calls (``_burst_median``); each
     call takes the next of ``sets`` input / output pairs (sets x 2 x 25 MB, several times the
     50 MB L2), so no call finds its input in L2 from the call before. Also kept: one call timed
     between CUDA events behind a spin kernel (version 1-8's figure), and as a Python caller sees it."""
-    import cupy as cp
-
     from gpt2block.backends import cuda_ops
 
-    xs = [torch.randn(rows, d, device="cuda") for _ in range(sets)]
-    ys = [torch.full_like(xs[0], float("nan")) for _ in range(sets)]
-    g = torch.rand(d, device="cuda") + 0.5
-    b = torch.randn(d, device="cuda")
-    xc, yc = [cp.asarray(t) for t in xs], [cp.asarray(t) for t in ys]
-    gc, bc = cp.asarray(g), cp.asarray(b)
+    xs, ys, g, b, xc, yc, gc, bc = layernorm_sets(torch, rows, d, sets)
     err = 0.0
     for i in range(sets):
         cuda_ops.layernorm(xc[i], gc, bc, yc[i], 1e-5)

@@ -22,7 +22,7 @@ import torch  # noqa: E402
 
 from gpt2block.backends import cuda_ops  # noqa: E402
 from gpt2block.backends.cuda_modules import sm_count  # noqa: E402
-from gpt2block.bench import _burst_median, measure_ceilings  # noqa: E402
+from gpt2block.bench import _burst_median, layernorm_sets, measure_ceilings  # noqa: E402
 
 SRC = r'''
 #define LN_WARPS 4
@@ -126,12 +126,7 @@ def main() -> None:
     print(f"copy ceiling {measure_ceilings(torch, 20)['copy_TBps']:.3f} TB/s", flush=True)
     mod = cp.RawModule(code=SRC, options=("-std=c++17", f"-I{ROOT / 'kernels'}"))
     rows, d, sets = 8192, 768, 4
-    xs = [torch.randn(rows, d, device="cuda") for _ in range(sets)]
-    ys = [torch.full_like(xs[0], float("nan")) for _ in range(sets)]
-    g = torch.rand(d, device="cuda") + 0.5
-    b = torch.randn(d, device="cuda")
-    xc, yc = [cp.asarray(t) for t in xs], [cp.asarray(t) for t in ys]
-    gc, bc = cp.asarray(g), cp.asarray(b)
+    xs, ys, g, b, xc, yc, gc, bc = layernorm_sets(torch, rows, d, sets)
     nbytes, n4 = 2 * rows * d * 4, rows * d // 4
     R, I, F = cp.int32(rows), cp.int32, cp.float32
     # version 19's schedule (one row ahead) runs the same arithmetic: its output must be the kept
