@@ -13,11 +13,10 @@
 // element before, and was slower).
 //
 // Each warp takes rows warp, warp + W, warp + 2W, ... (W = the grid's warps) and loads its next
-// row (its next two: LN_DEPTH) before it works on the current one: with a grid of a
-// few blocks per SM, an SM's loads of the next rows stream while its warps reduce and store the
-// current ones. A grid of
-// ceil(rows / LN_WARPS) blocks gives each warp one row (and no overlap between an SM's reads and
-// writes: they all load, then all store).
+// row (its next two: LN_DEPTH) before it works on the current one: with a grid of a few blocks per
+// SM, an SM's loads of the next rows stream while its warps reduce and store the current ones. A
+// grid of ceil(rows / LN_WARPS) blocks gives each warp one row (and no overlap between an SM's reads
+// and writes: they all load, then all store).
 //
 // Launch: grid = any number of blocks up to ceil(rows / LN_WARPS), block = 32 * LN_WARPS, no
 // dynamic shared memory.
@@ -32,7 +31,7 @@
 #endif
 #ifndef LN_DEPTH
 // Rows a warp holds at once: 2, the one it works on and the next; or 3, two loaded ahead. gpt2block
-// builds 3 where each warp takes 3 rows or more and LN_MAX_VEC is 4 to 6 (cuda_ops.layernorm): at 6
+// builds 3 where some warp takes 3 rows or more and LN_MAX_VEC is 4 to 6 (cuda_ops.layernorm): at 6
 // the kernel then takes 128 registers (4 blocks per SM still fit) and measured 16.5 us against 16.8
 // at 8192 x 768 (scripts/probe_layernorm_bound.py); at 3 ptxas spills, and wider rows would not fit.
 #define LN_DEPTH 2
