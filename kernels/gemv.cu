@@ -30,6 +30,10 @@
 //                                  each row's key and value also into the KV cache; extra arguments
 //                                  (const int* seq, const int* pos, float* k_cache, float* v_cache,
 //                                  long long batch_stride): see GemvKv.
+//       gemv_*_nt_ln_m*            extra arguments (int* am_out, float* am_part_v, int* am_part_i,
+//                                  int* am_counter, int* am_step, int* am_host_out): in the one-token
+//                                  build (_m1), when am_out is not NULL, also the token's argmax
+//                                  (GemvArgmax); the other builds take them and ignore them.
 //     The nt kernels take part in programmatic dependent launch (common.cuh): they touch only
 //     their weights (w, bias, ln_g, ln_b) before pdl_wait(), so those must not be written by any
 //     kernel that may still be running (launches trigger early, so not only the one just before).
@@ -55,6 +59,7 @@
 
 #include "common.cuh"
 #include "mma.cuh"  // cp.async
+#include "argmax.cuh"  // the LM head's argmax (gemv_*_nt_ln_m1)
 
 #define GEMV_MAX_M 8
 #define GEMV_THREADS 256
@@ -370,11 +375,73 @@ struct GemvKv {
     int D;
 };
 
-template <bool BF16, int EPI, bool LN, bool KV, int MP>
+// The LM head's own argmax (gemv_*_nt_ln_m1 with out != NULL; the greedy decode step at batch 1,
+// where it saves the argmax kernel's launch and boundary): the token's first index of its
+// largest logit (argmax.cuh), as argmax_rows_f32 gives it from the stored logits. Every lane keeps
+// the best of the outputs it stores; the block's best per token goes to part_v / part_i [M, G];
+// the block that takes the last ticket on *counter (and puts it back to zero) reduces the G
+// partials of each token and writes out[m] (and host_out, step: argmax_write). The pairs are
+// totally ordered, so the winner does not depend on which block finishes last.
+struct GemvArgmax {
+    int* out;       // [M] the winners, or NULL: no argmax (then the rest is unused)
+    float* part_v;  // [M, gridDim.x] each block's best value per token
+    int* part_i;    // [M, gridDim.x] and its index
+    int* counter;   // [1] zero before the launch, left zero
+    int* step;      // [4, M] a decode step's ints to move on (argmax_write), or NULL
+    int* host_out;  // [M] mapped host memory, or NULL
+};
+
+// The block's end of the argmax: lane l holds the best of token l / (32 / MP)'s outputs it stored.
+template <int MP>
+__device__ __forceinline__ void gemv_argmax_finish(const GemvArgmax am, float best_v, int best_i, int M, int lane,
+                                                   int warp) {
+    constexpr int LPS = 32 / MP;  // lanes per token (warp_sums' layout)
+    __shared__ float sv[GEMV_NT_WARPS * 8];  // [warp][token], then argmax_block's scratch
+    __shared__ int si[GEMV_NT_WARPS * 8];
+    __shared__ int is_last;
+    argmax_lanes(best_v, best_i, LPS);  // over the token's lanes
+    const int e_m = lane / LPS;
+    if (lane % LPS == 0 && e_m < M) { sv[warp * MP + e_m] = best_v; si[warp * MP + e_m] = best_i; }
+    __syncthreads();
+    const int G = gridDim.x;
+    if (threadIdx.x < M) {  // token m = threadIdx.x: the best over the warps, in warp order
+        const int m = threadIdx.x;
+        float bv = NEG_INF_F32;
+        int bi = ARGMAX_NONE;
+        for (int q = 0; q < GEMV_NT_WARPS; ++q)
+            if (argmax_better(sv[q * MP + m], si[q * MP + m], bv, bi)) { bv = sv[q * MP + m]; bi = si[q * MP + m]; }
+        am.part_v[(long long)m * G + blockIdx.x] = bv;
+        am.part_i[(long long)m * G + blockIdx.x] = bi;
+        __threadfence();  // the partials visible device-wide before the ticket is taken
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const int ticket = atomicAdd(am.counter, 1);
+        is_last = ticket == G - 1;
+        if (is_last) *am.counter = 0;  // ready for the next launch
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();  // order the partials' reads after the ticket
+    for (int m = 0; m < M; ++m) {
+        float bv = NEG_INF_F32;
+        int bi = ARGMAX_NONE;
+        for (int q = threadIdx.x; q < G; q += GEMV_NT_THREADS) {
+            const float qv = __ldcg(am.part_v + (long long)m * G + q);
+            const int qi = __ldcg(am.part_i + (long long)m * G + q);
+            if (argmax_better(qv, qi, bv, bi)) { bv = qv; bi = qi; }
+        }
+        argmax_block(bv, bi, sv, si);
+        if (threadIdx.x == 0) argmax_write(am.out, am.step, am.host_out, m, M, bi);
+    }
+}
+
+template <bool BF16, int EPI, bool LN, bool KV, int MP, bool ARGMAX = false>
 __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const typename GemvW<BF16>::T* __restrict__ w,
                                              const float* __restrict__ bias, const float* R, float* y,
                                              const float* __restrict__ ln_g, const float* __restrict__ ln_b,
-                                             int M, int N, int K, float eps, int wpr, GemvKv kv) {
+                                             int M, int N, int K, float eps, int wpr, GemvKv kv,
+                                             GemvArgmax am = GemvArgmax{}) {
     constexpr int CPT = GemvW<BF16>::CPT;
     typedef GemvNt<MP, BF16, LN && EPI == GEMV_EPI_NONE> Build;
     constexpr int ROWS = Build::ROWS;  // weight rows per warp at a time
@@ -441,6 +508,8 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     if (KV && e_m < M) e_kv = kv.seq[e_m] * kv.batch_stride + (long long)kv.pos[e_m] * kv.D;
     if (LN) gemv_ln_rows(x, xs + M * K, xs, M, K, eps);  // the whole block
 
+    float best_v = NEG_INF_F32;  // ARGMAX: the best of this lane's stored outputs (token e_m)
+    int best_i = ARGMAX_NONE;
     for (int n_blk = first; n_blk < N; n_blk += gridDim.x * rows_blk) {  // the same trip count in every warp
         const int n0 = n_blk + group * ROWS;
         if (n_blk != first) {
@@ -513,6 +582,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
         if (slice == 0 && e_r < ROWS && e_m < M && n < N) {
             const float v = EPI == GEMV_EPI_NONE ? mine : gemv_epi_apply<EPI>(mine, e_bias, e_res);
             y[(long long)e_m * N + n] = v;
+            if (ARGMAX && argmax_better(v, n, best_v, best_i)) { best_v = v; best_i = n; }
             if (KV && n >= kv.D) {
                 const int part = n >= 2 * kv.D;  // 0: key, 1: value
                 float* dst = part ? kv.v : kv.k;
@@ -520,6 +590,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             }
         }
     }
+    if (ARGMAX && am.out != nullptr) gemv_argmax_finish<MP>(am, best_v, best_i, M, lane, warp);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -548,6 +619,23 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     GEMV_NT_KERNEL_MP(name, bf16, epi, ln, 4)   \
     GEMV_NT_KERNEL_MP(name, bf16, epi, ln, 8)
 
+// ln_f + the LM head (no bias, no epilogue) and its argmax (GemvArgmax; out NULL: none).
+#define GEMV_NT_LM_KERNEL_MP(name, bf16, mp)                                                                  \
+    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GemvNt<mp, bf16, true>::MIN_BLOCKS)         \
+        name##_m##mp(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w,                          \
+                     const float* __restrict__ bias, const float* R, float* y, const float* __restrict__ ln_g,   \
+                     const float* __restrict__ ln_b, int M, int N, int K, float eps, int wpr, int* am_out,       \
+                     float* am_part_v, int* am_part_i, int* am_counter, int* am_step, int* am_host_out) {        \
+        const GemvArgmax am{am_out, am_part_v, am_part_i, am_counter, am_step, am_host_out};                  \
+        gemv_nt_body<bf16, GEMV_EPI_NONE, true, false, mp, mp == 1>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, \
+                                                              wpr, GemvKv{}, am);                             \
+    }
+#define GEMV_NT_LM_KERNEL(name, bf16)     \
+    GEMV_NT_LM_KERNEL_MP(name, bf16, 1)   \
+    GEMV_NT_LM_KERNEL_MP(name, bf16, 2)   \
+    GEMV_NT_LM_KERNEL_MP(name, bf16, 4)   \
+    GEMV_NT_LM_KERNEL_MP(name, bf16, 8)
+
 // ln_1 + QKV with the K / V store of the decode step (N = 3D): y as gemv_*_nt_ln_bias, and
 // keys and values into the cache (GemvKv).
 #define GEMV_NT_KV_KERNEL_MP(name, bf16, mp)                                                                  \
@@ -573,14 +661,14 @@ GEMV_KERNEL(gemv_bf16_bias, true, GEMV_EPI_BIAS)
 GEMV_KERNEL(gemv_bf16_bias_gelu, true, GEMV_EPI_GELU)
 GEMV_KERNEL(gemv_bf16_bias_residual, true, GEMV_EPI_RESIDUAL)
 GEMV_NT_KERNEL(gemv_f32_nt, false, GEMV_EPI_NONE, false)
-GEMV_NT_KERNEL(gemv_f32_nt_ln, false, GEMV_EPI_NONE, true)
+GEMV_NT_LM_KERNEL(gemv_f32_nt_ln, false)
 GEMV_NT_KERNEL(gemv_f32_nt_ln_bias, false, GEMV_EPI_BIAS, true)
 GEMV_NT_KERNEL(gemv_f32_nt_ln_bias_gelu, false, GEMV_EPI_GELU, true)
 GEMV_NT_KERNEL(gemv_f32_nt_bias, false, GEMV_EPI_BIAS, false)
 GEMV_NT_KERNEL(gemv_f32_nt_bias_gelu, false, GEMV_EPI_GELU, false)
 GEMV_NT_KERNEL(gemv_f32_nt_bias_residual, false, GEMV_EPI_RESIDUAL, false)
 GEMV_NT_KERNEL(gemv_bf16_nt, true, GEMV_EPI_NONE, false)
-GEMV_NT_KERNEL(gemv_bf16_nt_ln, true, GEMV_EPI_NONE, true)
+GEMV_NT_LM_KERNEL(gemv_bf16_nt_ln, true)
 GEMV_NT_KERNEL(gemv_bf16_nt_ln_bias, true, GEMV_EPI_BIAS, true)
 GEMV_NT_KERNEL(gemv_bf16_nt_ln_bias_gelu, true, GEMV_EPI_GELU, true)
 GEMV_NT_KERNEL(gemv_bf16_nt_bias, true, GEMV_EPI_BIAS, false)

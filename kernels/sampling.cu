@@ -1,8 +1,10 @@
 // sampling.cu: on-device support for choosing the next token.
 //
 // argmax_rows_f32: out[r] = the first index of the largest value of logits[r, :] (np.argmax's
-// tie rule). Greedy decoding then copies B ints to the host instead of B x vocab floats.
+// tie rule; argmax.cuh). Greedy decoding then copies B ints to the host instead of B x vocab floats.
 // NaN logits: a NaN never wins (comparisons with NaN are false); an all-NaN row gives 0.
+// (The five-kernel decode step of up to 8 rows takes its argmax in the LM head itself, gemv.cu's
+// gemv_*_nt_ln_argmax; this kernel serves the other cases.)
 //
 // A row is split into gridDim.x chunks of `chunk` values, one block each, so that the 50257
 // logits of a decode row are read by many SMs at once. Each block writes its (value, index)
@@ -23,57 +25,12 @@
 // counters [rows] zero before the first launch (left zero by every launch).
 // Takes part in programmatic dependent launch (common.cuh): reads nothing before pdl_wait().
 #include "common.cuh"
-
-#define NEG_INF_F32 __int_as_float(0xff800000)  // -inf without host math headers (NVRTC)
-#define ARGMAX_NONE 0x7fffffff                  // index of "no value yet"
+#include "argmax.cuh"  // argmax_better, argmax_block, argmax_write; NEG_INF_F32, ARGMAX_NONE
 
 #ifndef ARGMAX_THREADS
 #define ARGMAX_THREADS 256
 #endif
 #define ARGMAX_UNROLL 8  // loads in flight per thread
-
-// (value, index) pair that wins: larger value, or the same value at a smaller index.
-__device__ __forceinline__ bool argmax_better(float v, int i, float bv, int bi) {
-    return v > bv || (v == bv && i < bi);
-}
-
-// The winner over the block; thread 0 gets it. sv, si: __shared__ [32].
-__device__ __forceinline__ void argmax_block(float& bv, int& bi, float* sv, int* si) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (argmax_better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
-    }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
-    __syncthreads();
-    if (warp == 0) {
-        const int nw = blockDim.x >> 5;
-        bv = lane < nw ? sv[lane] : NEG_INF_F32;
-        bi = lane < nw ? si[lane] : ARGMAX_NONE;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (argmax_better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
-        }
-    }
-    __syncthreads();  // sv, si free for a second call
-}
-
-// Row r's winner bi -> out[r] (all logits NaN: index 0 rather than an out-of-range sentinel),
-// and the next step's ints when step is given (see the top).
-__device__ __forceinline__ void argmax_write(int* out, int* step, int* host_out, int r, int rows, int bi) {
-    const int id = bi == ARGMAX_NONE ? 0 : bi;
-    out[r] = id;
-    if (host_out != nullptr) host_out[r] = id;
-    if (step != nullptr) {
-        step[r] = id;
-        step[2 * rows + r] += 1;
-        step[3 * rows + r] += 1;
-    }
-}
 
 extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_rows_f32(
     const float* __restrict__ logits,  // [rows, V], row stride ld

@@ -159,15 +159,15 @@ def _layer_norm(x, g, b, eps=1e-5):
 
 
 def gemv_case(wdtype: str, m: int, k: int, n: int, epilogue: str | None = "bias", nt: bool = False,
-              inplace: bool = False, ln: bool = False, seed: int = 0) -> Result:
+              inplace: bool = False, ln: bool = False, ln_mean: float = 5.0, seed: int = 0) -> Result:
     """Run gemv / gemv_nt once; the reference uses the weights as stored (bf16-rounded).
     nt: w is [N, K] (the decode layout), epilogue None = no bias; ln: the input LayerNorm fused
-    (x with a row mean far from zero and a few large columns, as a residual stream has)."""
+    (x with a row mean far from zero, ln_mean, and a few large columns, as a residual stream has)."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((m, k), dtype=np.float32)
     if ln:
         x[:, :3] *= 30.0
-        x += np.float32(5.0)
+        x += np.float32(ln_mean)
     w = (rng.standard_normal((n, k) if nt else (k, n), dtype=np.float32) * 0.02).astype(np.float32)
     bias = (rng.standard_normal(n, dtype=np.float32) * 0.02).astype(np.float32)
     g = rng.uniform(0.8, 1.2, k).astype(np.float32)

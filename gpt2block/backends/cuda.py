@@ -27,8 +27,9 @@ Otherwise five kernels per block:
     x = x + a @ W_attn + b            gemv_*_nt_bias_residual
     f = gelu(LN(x) @ W_fc + b)        gemv_*_nt_ln_bias_gelu
     x = x + f @ W_proj + b            gemv_*_nt_bias_residual
-then ln_f + the LM head (gemv_*_nt_ln) and argmax_rows_f32, which also moves the step's ints on
-to the next greedy step (ids = argmax, pos + 1). A step is one CUDA graph: the upload of its
+then ln_f + the LM head (gemv_*_nt_ln) and the argmax, which also moves the step's ints on to the
+next greedy step (ids = argmax, pos + 1): at batch 1 in the LM head itself (its last block to finish
+reduces the blocks' partials), else argmax_rows_f32. A step is one CUDA graph: the upload of its
 ints from pinned memory, the kernels (programmatic dependent launch on sm_90: each starts, and
 fetches its weights, while the one before finishes) and the download of the argmax into pinned
 memory. greedy_steps() runs a second graph, the kernels alone, fed by the step before it on the
@@ -53,6 +54,7 @@ from .base import Cache, Runner, check_ids
 # precision mode -> (GEMM variant, attention variant); bf16 mode stores the decode matrices as bf16
 VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32"), "bf16": ("tf32x3", "tf32x3f")}
 MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
+HEAD_ARGMAX = True  # at batch 1 the decode LM head GEMV takes the argmax itself (version 21); False: argmax_rows_f32
 FUSED_AUTO_MIN_D = 1600  # fused_decode="auto": only gpt2-xl with bf16 weights is faster fused (version 17)
 
 
@@ -197,9 +199,10 @@ class CudaRunner(Runner):
             self._logits = cp.empty((max(rows, 8), self.config.vocab_size), cp.float32)
         return self._logits[:rows]
 
-    def _head(self, rows_from: int, rows_to: int, decode_out=None, out=None):
+    def _head(self, rows_from: int, rows_to: int, decode_out=None, out=None, argmax=None):
         """ln_f then the tied LM head on x[rows_from:rows_to] -> device logits [rows, V].
-        Up to GEMV_MAX_M rows: one GEMV with ln_f fused. ``decode_out``: a decode step's
+        Up to GEMV_MAX_M rows: one GEMV with ln_f fused, which for one row also takes its argmax
+        when ``argmax`` is given (cuda_linear.gemv_nt's). ``decode_out``: a decode step's
         logits buffer (read wte_dec, bf16 in bf16 mode); else ``out`` [rows, V] if given (the
         caller's own array), else the runner's regrowable buffer."""
         c = self.config
@@ -209,8 +212,10 @@ class CudaRunner(Runner):
         x = self.x[rows_from:rows_to]
         if n <= cuda_linear.GEMV_MAX_M:
             cuda_linear.gemv_nt(x, self.wte_dec if decode else self.wte, out,
-                                ln=(self.ln_f_g, self.ln_f_b, c.layer_norm_epsilon))
+                                ln=(self.ln_f_g, self.ln_f_b, c.layer_norm_epsilon), argmax=argmax)
             return out
+        if argmax is not None:
+            raise ValueError(f"the LM head takes the argmax itself for one row only; got {n}")
         hf = self.hf[:n]
         cuda_ops.layernorm(x, self.ln_f_g, self.ln_f_b, hf, c.layer_norm_epsilon)
         if self.wte_planes is not None:
@@ -323,6 +328,9 @@ class CudaRunner(Runner):
         return None if self.planes is None else self.planes[layer]
 
     def _decode_head(self, cache: "CudaCache", b: int, step, host_out=None) -> None:
+        if b == 1 and HEAD_ARGMAX:  # the one-token LM head GEMV takes the argmax itself
+            self._head(0, b, decode_out=cache.logits, argmax=(self._argmax[:b], step, host_out))
+            return
         logits = self._head(0, b, decode_out=cache.logits)
         cuda_ops.argmax_rows(logits, self._argmax[:b], advance=step, host_out=host_out)
 

@@ -508,7 +508,7 @@ def gemv(x, w, bias, out, *, epilogue="bias", residual=None, stream=None):
     launch(kernel("gemv", name), (strips, splits, 1), (_GEMV_THREADS, 1, 1), args, 0, stream)
 
 
-def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=None, stream=None):
+def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=None, argmax=None, stream=None):
     """out[M,N] = epi(x'[M,K] @ w[N,K]^T (+ bias[N])) for M <= GEMV_MAX_M; w float32 or bf16 bits
     holding W transposed (one contiguous row per output); K a multiple of 4 (float32) or 8 (bf16).
 
@@ -524,7 +524,13 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     contract, as kvcache_store's). The kernel takes part in programmatic dependent launch: it reads
     w, bias and the LayerNorm's g and b before the kernels ahead of it on the stream have finished,
     so those must not be written by any kernel that may still be running (they are weights); x,
-    residual and kv are read after they finish."""
+    residual and kv are read after they finish.
+
+    ``argmax = (ids, advance, host_out)`` (with ln, no epilogue and M = 1: ln_f + the LM head of a
+    batch-1 decode step): also ids[0] = the first index of the largest output, as
+    cuda_ops.argmax_rows gives it from out (ids int32 [1] on the device); ``advance`` (int32 [4, M]: a decode step's ids, seq, pos,
+    lengths, or None) moved on to the next greedy step, and ``host_out`` (cuda_ops.MappedInts of M,
+    or None) given the ids too, as argmax_rows does."""
     _check_rows(x, "x")
     _check_weights(w, "w", "[N, K]")
     m, k = x.shape
@@ -581,6 +587,10 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
         caches = {"k_cache": k_cache, "v_cache": v_cache}
         kv_args = (seq, pos, k_cache, v_cache, np.int64(batch_stride))
     _check_out(out, "out", {"x": x, "w": w, "bias": bias, "ln gain": g, "ln bias": b, **caches}, residual)
+    if argmax is not None and (ln is None or epilogue is not None):
+        raise ValueError("argmax needs ln and no epilogue (ln_f + the LM head)")
+    if argmax is not None and m != 1:
+        raise ValueError(f"argmax is taken by the one-token build only (M = 1); got M = {m}")
 
     mp = _gemv_nt_tokens(m)  # the kernel build: 1, 2, 4 or 8 tokens
     name = (f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_nt" + ("_ln" if ln is not None else "")
@@ -592,10 +602,48 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     args = (x, w, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _NULL if g is None else g, _NULL if b is None else b,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps), np.int32(wpr)) + kv_args
+    if ln is not None and epilogue is None:  # the LM head's build: its argmax, or NULLs for none
+        args += _gemv_argmax_args(argmax, m, grid, stream)
     # the normalized rows, then g and b (gemv_ln_rows)
     smem = (m + 2) * k * 4 if ln is not None else 0
     launch(kernel("gemv", name, defines), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args, smem, stream,
            programmatic=True)
+
+
+class _ArgmaxScratch:
+    """The LM head argmax's partials [M, grid] and ticket (zero; the kernel leaves it zero), one per
+    (device, stream, M, grid), allocated outside a capture (a cache's eager first decode step)."""
+
+    def __init__(self, m: int, grid: int):
+        self.part_v = cp.empty(m * grid, cp.float32)
+        self.part_i = cp.empty(m * grid, cp.int32)
+        self.counter = cp.zeros(1, cp.int32)
+
+
+_argmax_scratch: dict = {}
+
+
+def _gemv_argmax_args(argmax, m: int, grid: int, stream) -> tuple:
+    """The six GemvArgmax arguments of gemv_*_nt_ln (kernels/gemv.cu): NULLs without an argmax."""
+    if argmax is None:
+        return (_NULL,) * 6
+    from .cuda_ops import MappedInts
+
+    ids, advance, host_out = argmax
+    if not isinstance(ids, cp.ndarray) or ids.dtype != cp.int32 or ids.shape != (m,) or not ids.flags.c_contiguous:
+        raise ValueError(f"argmax ids must be a contiguous int32 CuPy array of shape ({m},)")
+    if advance is not None and (not isinstance(advance, cp.ndarray) or advance.dtype != cp.int32
+                                or advance.shape != (4, m) or not advance.flags.c_contiguous):
+        raise ValueError(f"argmax advance must be a contiguous int32 CuPy array of shape (4, {m})")
+    if host_out is not None and (not isinstance(host_out, MappedInts) or host_out.array.shape != (m,)):
+        raise ValueError(f"argmax host_out must be MappedInts of {m} elements")
+    stream_ptr = (stream if stream is not None else cp.cuda.get_current_stream()).ptr
+    key = (cp.cuda.Device().id, stream_ptr, m, grid)
+    ws = _argmax_scratch.get(key)
+    if ws is None:  # never replaced: a captured graph keeps using its own
+        ws = _argmax_scratch[key] = _ArgmaxScratch(m, grid)
+    return (ids, ws.part_v, ws.part_i, ws.counter, _NULL if advance is None else advance,
+            np.uint64(0 if host_out is None else host_out.device_ptr))
 
 
 def _gemv_nt_tokens(m: int) -> int:

@@ -29,7 +29,7 @@ def _case_id(c: dict) -> str:
     head = c.get("variant", c.get("wdtype"))
     epi = c.get("epilogue", "bias")
     what = ("nt" + ("-ln" if c.get("ln") else "") + (f"-{epi}" if epi else "")) if c.get("nt") else epi
-    tail = ("".join(f"-{k}{c[k]}" for k in ("offset",) if c.get(k)) + ("-inplace" if c.get("inplace") else "")
+    tail = ("".join(f"-{k}{c[k]}" for k in ("offset", "ln_mean") if c.get(k)) + ("-inplace" if c.get("inplace") else "")
             + ("-planes" if c.get("planes") else ""))
     return f"{head}-{what}-M{c['m']}-K{c['k']}-N{c['n']}{tail}"
 
@@ -99,6 +99,10 @@ def _gemv_cases() -> list:
             dict(wdtype=wdtype, m=5, k=768, n=50257, nt=True, epilogue=None, ln=True),
             dict(wdtype=wdtype, m=7, k=104, n=37, nt=True, epilogue=None, ln=True),
             dict(wdtype=wdtype, m=6, k=200, n=101, nt=True, epilogue="bias_gelu"),
+            # a row mean thousands of standard deviations from zero (the float32 two-pass statistics)
+            dict(wdtype=wdtype, m=1, k=768, n=2304, nt=True, epilogue="bias", ln=True, ln_mean=3000.0),
+            dict(wdtype=wdtype, m=1, k=1600, n=50257, nt=True, epilogue=None, ln=True, ln_mean=-2000.0),
+            dict(wdtype=wdtype, m=5, k=1280, n=5120, nt=True, epilogue="bias_gelu", ln=True, ln_mean=3000.0),
             # K split across warps with a partial last row group (wpr > 1, N not a multiple of the rows)
             dict(wdtype=wdtype, m=8, k=2048, n=100, nt=True, epilogue="bias_residual"),
             dict(wdtype=wdtype, m=1, k=2048, n=100, nt=True, epilogue="bias_residual"),
@@ -433,3 +437,82 @@ def test_gemv_nt_kv_bad_arguments(checks):
         L.gemv_nt(x, w, cache.reshape(-1)[:384].reshape(2, 192), bias=bias, epilogue="bias", ln=ln, kv=good)
     with pytest.raises(ValueError, match="N = 3 \\* D"):
         L.gemv_nt(x, w[:190], cp.zeros((2, 190), cp.float32), bias=bias[:190], epilogue="bias", ln=ln, kv=good)
+
+
+@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
+@pytest.mark.parametrize("d,n,nan_row", [(768, 50257, False), (1600, 50257, False), (1024, 1000, False),
+                                         (1280, 37, False), (104, 7, False), (768, 50257, True)])
+def test_lm_head_argmax(checks, wdtype, d, n, nan_row):
+    """ln_f + the one-token LM head with its own argmax (gemv_*_nt_ln_m1, argmax=): the id equals
+    argmax_rows' over the logits it stored (which are bit-equal to the head without the argmax),
+    with a tie (two equal weight rows: the first wins), a NaN logit (never wins), an all-NaN row
+    (index 0), the step's ints moved on and mapped host memory written; twice, so the ticket went
+    back to 0."""
+    import cupy as cp
+    import numpy as np
+
+    from gpt2block.backends import cuda_ops
+
+    L = checks.L
+    m = 1
+    rng = cp.random.default_rng()
+    x = rng.standard_normal((m, d), dtype=cp.float32) + 3.0
+    w = rng.standard_normal((n, d), dtype=cp.float32) * 0.02
+    if n > 5:
+        w[n - 1] = w[2]  # a tie between rows 2 and n - 1 in every token: row 2 wins where it is best
+        w[1] *= 50.0  # a large row, so that ties and NaNs meet real winners
+        w[n - 1] *= 50.0
+        w[2] *= 50.0
+    w[n // 2, 0] = cp.nan  # a NaN logit in every token's row
+    if nan_row:
+        x[0, 0] = cp.nan  # the row all NaN: its id is 0
+    if wdtype == "bf16":
+        w = L.to_bf16_bits(w)
+    g = rng.uniform(0.8, 1.2, d, dtype=cp.float32)
+    b = rng.standard_normal(d, dtype=cp.float32) * 0.1
+    ln = (g, b, 1e-5)
+    plain = cp.full((m, n), cp.nan, cp.float32)
+    L.gemv_nt(x, w, plain, ln=ln)
+    want = cp.full(m, -1, cp.int32)
+    cuda_ops.argmax_rows(plain, want)
+    host_logits = cp.asnumpy(plain)
+    expect = np.where(np.isnan(host_logits), -np.inf, host_logits).argmax(-1)
+    np.testing.assert_array_equal(cp.asnumpy(want), expect)
+    step_host = np.stack([np.arange(m), np.arange(m) + 3, np.arange(m) * 7, np.arange(m) * 7 + 1]).astype(np.int32)
+    for advance in (False, True):
+        got = cp.full((m, n), cp.nan, cp.float32)
+        ids = cp.full(m, -1, cp.int32)
+        step = cp.asarray(step_host) if advance else None
+        mapped = cuda_ops.MappedInts(m) if advance else None
+        L.gemv_nt(x, w, got, ln=ln, argmax=(ids, step, mapped))
+        cp.cuda.get_current_stream().synchronize()
+        assert cp.array_equal(got.view(cp.uint32), plain.view(cp.uint32))
+        np.testing.assert_array_equal(cp.asnumpy(ids), expect)
+        if advance:
+            np.testing.assert_array_equal(mapped.array, expect)
+            moved = np.stack([expect, step_host[1], step_host[2] + 1, step_host[3] + 1]).astype(np.int32)
+            np.testing.assert_array_equal(cp.asnumpy(step), moved)
+
+
+def test_lm_head_argmax_bad_arguments(checks):
+    import cupy as cp
+
+    L = checks.L
+    x = cp.zeros((2, 64), cp.float32)
+    w = cp.zeros((100, 64), cp.float32)
+    out = cp.zeros((2, 100), cp.float32)
+    ln = (cp.ones(64, cp.float32), cp.zeros(64, cp.float32), 1e-5)
+    ids = cp.zeros(2, cp.int32)
+    with pytest.raises(ValueError, match="argmax needs ln and no epilogue"):
+        L.gemv_nt(x, w, out, argmax=(ids, None, None))
+    with pytest.raises(ValueError, match="argmax needs ln and no epilogue"):
+        L.gemv_nt(x, w, out, bias=cp.zeros(100, cp.float32), epilogue="bias", ln=ln, argmax=(ids, None, None))
+    with pytest.raises(ValueError, match="one-token build only"):
+        L.gemv_nt(x, w, out, ln=ln, argmax=(ids, None, None))
+    x1, out1, ids1 = x[:1], out[:1], ids[:1]
+    with pytest.raises(ValueError, match="argmax ids must be"):
+        L.gemv_nt(x1, w, out1, ln=ln, argmax=(cp.zeros(3, cp.int32), None, None))
+    with pytest.raises(ValueError, match="argmax advance must be"):
+        L.gemv_nt(x1, w, out1, ln=ln, argmax=(ids1, cp.zeros((4, 3), cp.int32), None))
+    with pytest.raises(ValueError, match="argmax host_out must be"):
+        L.gemv_nt(x1, w, out1, ln=ln, argmax=(ids1, None, cp.zeros(1, cp.int32)))
