@@ -118,6 +118,80 @@ __device__ void ln_t(const float* __restrict__ x, const float* __restrict__ g, c
 }
 extern "C" __global__ void __launch_bounds__(128) ln_fp32stats(const float* x, const float* g, const float* b, float* y, int rows, int D, float eps) { ln_t<1>(x, g, b, y, rows, D, eps); }
 extern "C" __global__ void __launch_bounds__(128) ln_nostats(const float* x, const float* g, const float* b, float* y, int rows, int D, float eps) { ln_t<2>(x, g, b, y, rows, D, eps); }
+// ---- probe: the LayerNorm with each block's contiguous rows streamed into shared memory by bulk
+// copies (TMA, cp.async.bulk) S stages ahead, a row per warp per stage; the output by each warp's
+// stores (BULK_STORE 0) or written back into the stage and sent by one bulk store (1).
+__device__ __forceinline__ unsigned lb_smem(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void lb_wait(unsigned bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done) {
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    }
+}
+#define LB_WARPS 8
+template <int S, int BULK_STORE>
+__device__ __forceinline__ void ln_bulk_t(const float* __restrict__ x, const float* __restrict__ g,
+                                          const float* __restrict__ b, float* __restrict__ y, int rows, int D, float eps) {
+    extern __shared__ float4 lb_sm[];  // [S][LB_WARPS][D / 4]
+    __shared__ __align__(8) unsigned long long full[S];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, D4 = D >> 2;
+    const int G = gridDim.x;
+    const int r0 = (int)((long long)rows * blockIdx.x / G), r1 = (int)((long long)rows * (blockIdx.x + 1) / G);
+    const int nst = (r1 - r0 + LB_WARPS - 1) / LB_WARPS;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(lb_smem(full + s)) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    auto issue = [&](int t) {
+        const int ra = r0 + t * LB_WARPS, rb = min(r1, ra + LB_WARPS);
+        const unsigned bytes = (unsigned)(rb - ra) * D * 4;
+        const unsigned bar = lb_smem(full + t % S);
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                     ::"r"(lb_smem(lb_sm + (t % S) * LB_WARPS * D4)), "l"(x + (long long)ra * D), "r"(bytes), "r"(bar) : "memory");
+    };
+    if (threadIdx.x == 0)
+        for (int t = 0; t < min(S, nst); ++t) issue(t);
+    const int nvec = D4;
+    for (int t = 0; t < nst; ++t) {
+        lb_wait(lb_smem(full + t % S), (t / S) & 1);
+        const int row = r0 + t * LB_WARPS + warp;
+        float4* slot = lb_sm + ((t % S) * LB_WARPS + warp) * D4;
+        if (row < r1) {
+            float4 v[LN_MAX_VEC];
+#pragma unroll
+            for (int i = 0; i < LN_MAX_VEC; ++i) v[i] = lane + 32 * i < nvec ? slot[lane + 32 * i] : make_float4(0.f, 0.f, 0.f, 0.f);
+            if (BULK_STORE) {
+                ln_row(v, g, b, reinterpret_cast<float*>(slot), 0, D, D, nvec, lane, eps);
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            } else {
+                ln_row(v, g, b, y, row, D, D, nvec, lane, eps);
+            }
+        }
+        __syncthreads();  // the stage read (and, BULK_STORE, written back) by every warp
+        if (threadIdx.x == 0) {
+            if (BULK_STORE) {
+                const int ra = r0 + t * LB_WARPS, rb = min(r1, ra + LB_WARPS);
+                asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+                             ::"l"(y + (long long)ra * D), "r"(lb_smem(lb_sm + (t % S) * LB_WARPS * D4)), "r"((unsigned)(rb - ra) * D * 4) : "memory");
+                asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+                // the previous stage's store has read its slot: that slot takes stage t - 1 + S
+                asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
+                if (t >= 1 && t - 1 + S < nst) issue(t - 1 + S);
+            } else if (t + S < nst) {
+                issue(t + S);
+            }
+        }
+    }
+    if (BULK_STORE && threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+extern "C" __global__ void __launch_bounds__(32 * LB_WARPS) ln_bulk_s3(const float* x, const float* g, const float* b, float* y, int rows, int D, float eps) { ln_bulk_t<3, 0>(x, g, b, y, rows, D, eps); }
+extern "C" __global__ void __launch_bounds__(32 * LB_WARPS) ln_bulk_s4(const float* x, const float* g, const float* b, float* y, int rows, int D, float eps) { ln_bulk_t<4, 0>(x, g, b, y, rows, D, eps); }
+extern "C" __global__ void __launch_bounds__(32 * LB_WARPS) ln_bulk_s6(const float* x, const float* g, const float* b, float* y, int rows, int D, float eps) { ln_bulk_t<6, 0>(x, g, b, y, rows, D, eps); }
+extern "C" __global__ void __launch_bounds__(32 * LB_WARPS) ln_bulk_s4_bs(const float* x, const float* g, const float* b, float* y, int rows, int D, float eps) { ln_bulk_t<4, 1>(x, g, b, y, rows, D, eps); }
+extern "C" __global__ void __launch_bounds__(32 * LB_WARPS) ln_bulk_s6_bs(const float* x, const float* g, const float* b, float* y, int rows, int D, float eps) { ln_bulk_t<6, 1>(x, g, b, y, rows, D, eps); }
 '''
 
 
@@ -146,6 +220,17 @@ def main() -> None:
         k = mod.get_function(name)
         return lambda i: k((per * sms,), (128,), (xc[i % sets], yc[i % sets], R))
 
+    def bulk(name, per, stages):
+        k = mod.get_function(name)
+        smem = stages * 8 * d * 4
+        k.max_dynamic_shared_size_bytes = smem
+        return lambda i: k((per * sms,), (256,), (xc[i % sets], gc, bc, yc[i % sets], R, I(d), F(1e-5)),
+                           shared_mem=smem)
+
+    for name, per, st in (("ln_bulk_s4", 1, 4), ("ln_bulk_s4_bs", 1, 4), ("ln_bulk_s3", 2, 3)):
+        yc[0].fill(cp.nan)
+        bulk(name, per, st)(0)
+        print(f"{name} x{per}/SM bit-equal to the kept kernel: {bool((yc[0] == ref).all())}", flush=True)
     chunk = mod.get_function("copy_chunk")
     cases = {"torch copy": lambda i: ys[i % sets].copy_(xs[i % sets]),
              "copy_chunk (8 KB a block)": lambda i: chunk((-(-n4 // 512),), (128,), (xc[i % sets], yc[i % sets], cp.int64(n4))),
@@ -155,7 +240,15 @@ def main() -> None:
              "LayerNorm, 1 row ahead, 4/SM": lambda i: one_ahead((4 * sms,), (128,), (xc[i % sets], gc, bc, yc[i % sets],
                                                                                     R, I(d), I(d), I(d), F(1e-5))),
              "fp32 statistics, 4/SM": ln("ln_fp32stats", 4),
-             "no statistics, 4/SM": ln("ln_nostats", 4)}
+             "no statistics, 4/SM": ln("ln_nostats", 4),
+             "bulk rows, 3 stages, 1/SM": bulk("ln_bulk_s3", 1, 3),
+             "bulk rows, 4 stages, 1/SM": bulk("ln_bulk_s4", 1, 4),
+             "bulk rows, 6 stages, 1/SM": bulk("ln_bulk_s6", 1, 6),
+             "bulk rows, 3 stages, 2/SM": bulk("ln_bulk_s3", 2, 3),
+             "bulk rows, 4 stages, 2/SM": bulk("ln_bulk_s4", 2, 4),
+             "bulk rows + bulk store, 4 st, 1/SM": bulk("ln_bulk_s4_bs", 1, 4),
+             "bulk rows + bulk store, 6 st, 1/SM": bulk("ln_bulk_s6_bs", 1, 6),
+             "bulk rows + bulk store, 4 st, 2/SM": bulk("ln_bulk_s4_bs", 2, 4)}
     res = {}
     for _ in range(3):
         for k, fn in cases.items():

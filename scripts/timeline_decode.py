@@ -6,7 +6,7 @@ gaps between them and between steps, from the CUDA profiler's records of the ker
 
 Random weights of SIZE; after a 16-token prefill per row, runs N steps of runner.greedy_steps (as
 generate() and decode_rate.py run them) under torch.profiler (CUPTI records each kernel of a graph
-replay). A step ends with its argmax kernel. Prints, per case, the median over the steps of: each kernel's
+replay). A step starts with its embedding kernel. Prints, per case, the median over the steps of: each kernel's
 start relative to the step's start and its duration; the gap from each kernel's end to the next
 kernel's start (negative where programmatic launch overlaps them); the step's span from its first
 kernel's start to its last kernel's end, and the step period (start to next start).
@@ -40,14 +40,17 @@ def kernel_records(prof) -> list[tuple[float, float, str]]:
     return sorted(out)
 
 
-def split_steps(recs, last_kernel: str):
-    """The records cut into steps: a step ends with a kernel whose name contains last_kernel."""
-    steps, cur = [], []
+def split_steps(recs, first_kernel: str):
+    """The records cut into steps: a step starts with a kernel whose name contains first_kernel
+    (records before the first such kernel and the last, possibly cut, step are dropped)."""
+    steps, cur = [], None
     for r in recs:
-        cur.append(r)
-        if last_kernel in r[2]:
-            steps.append(cur)
+        if first_kernel in r[2]:
+            if cur:
+                steps.append(cur)
             cur = []
+        if cur is not None:
+            cur.append(r)
     return steps
 
 
@@ -94,7 +97,7 @@ def run_case(runner, batch: int, steps: int) -> list[str]:
         for _ in runner.greedy_steps(cache, tok, max_steps=steps):
             pass
         runner.stream.synchronize()
-    return summarize(split_steps(kernel_records(prof), "argmax")[2:])  # not step 0 (decode_greedy's) nor the ring's first
+    return summarize(split_steps(kernel_records(prof), "embedding")[2:])  # not step 0 (decode_greedy's) nor the ring's first
 
 
 def main() -> int:

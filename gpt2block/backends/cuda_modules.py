@@ -95,7 +95,8 @@ def launch(k: cp.RawKernel, grid, block, args, shared_mem: int = 0, stream=None,
     grid = tuple(int(g) for g in grid)
     if min(grid) <= 0:
         raise ValueError(f"{k.name}: empty grid {grid}")
-    if shared_mem > 48 * 1024 and k.max_dynamic_shared_size_bytes < shared_mem:
+    # past 48 KB of static and dynamic shared memory together a block needs the opt-in attribute
+    if shared_mem and shared_mem + k.shared_size_bytes > 48 * 1024 and k.max_dynamic_shared_size_bytes < shared_mem:
         k.max_dynamic_shared_size_bytes = shared_mem
     block = tuple(int(b) for b in block)
     if programmatic and _programmatic:
