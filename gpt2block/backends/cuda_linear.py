@@ -627,16 +627,10 @@ def _gemv_argmax_args(argmax, m: int, grid: int, stream) -> tuple:
     """The six GemvArgmax arguments of gemv_*_nt_ln (kernels/gemv.cu): NULLs without an argmax."""
     if argmax is None:
         return (_NULL,) * 6
-    from .cuda_ops import MappedInts
+    from .cuda_ops import check_argmax_outputs
 
     ids, advance, host_out = argmax
-    if not isinstance(ids, cp.ndarray) or ids.dtype != cp.int32 or ids.shape != (m,) or not ids.flags.c_contiguous:
-        raise ValueError(f"argmax ids must be a contiguous int32 CuPy array of shape ({m},)")
-    if advance is not None and (not isinstance(advance, cp.ndarray) or advance.dtype != cp.int32
-                                or advance.shape != (4, m) or not advance.flags.c_contiguous):
-        raise ValueError(f"argmax advance must be a contiguous int32 CuPy array of shape (4, {m})")
-    if host_out is not None and (not isinstance(host_out, MappedInts) or host_out.array.shape != (m,)):
-        raise ValueError(f"argmax host_out must be MappedInts of {m} elements")
+    check_argmax_outputs(ids, advance, host_out, m, names=("argmax ids", "argmax advance", "argmax host_out"))
     stream_ptr = (stream if stream is not None else cp.cuda.get_current_stream()).ptr
     key = (cp.cuda.Device().id, stream_ptr, m, grid)
     ws = _argmax_scratch.get(key)

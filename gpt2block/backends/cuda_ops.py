@@ -123,6 +123,19 @@ class ArgmaxWorkspace:
 _argmax_ws: dict = {}
 
 
+def check_argmax_outputs(out, advance, host_out, rows: int, names=("out", "advance", "host_out")) -> None:
+    """The outputs of an argmax kernel (argmax_rows_f32, and the LM head's in cuda_linear.gemv_nt):
+    out int32 [rows], advance (a decode step's ints) int32 [4, rows] or None, host_out MappedInts of
+    rows or None, each contiguous; ``names`` of the three in the errors."""
+    if not isinstance(out, cp.ndarray) or out.dtype != cp.int32 or out.shape != (rows,) or not out.flags.c_contiguous:
+        raise ValueError(f"{names[0]} must be a contiguous int32 CuPy array of shape ({rows},)")
+    if advance is not None and (not isinstance(advance, cp.ndarray) or advance.dtype != cp.int32
+                                or advance.shape != (4, rows) or not advance.flags.c_contiguous):
+        raise ValueError(f"{names[1]} must be a contiguous int32 CuPy array of shape (4, {rows})")
+    if host_out is not None and (not isinstance(host_out, MappedInts) or host_out.array.shape != (rows,)):
+        raise ValueError(f"{names[2]} must be MappedInts of {rows} elements")
+
+
 def argmax_rows(logits, out, advance=None, host_out: MappedInts | None = None) -> None:
     """out[r] = argmax(logits[r]) (first index of the maximum): logits [rows, V], out int32 [rows].
     Each row is read by ceil(V / ARGMAX_CHUNK) blocks, reduced in the kernel (sampling.cu).
@@ -137,15 +150,9 @@ def argmax_rows(logits, out, advance=None, host_out: MappedInts | None = None) -
     if rows > 65535:
         raise ValueError(f"argmax_rows takes at most 65535 rows; got {rows}")
     ld = logits.strides[0] // 4
-    if not isinstance(out, cp.ndarray) or out.dtype != cp.int32 or out.shape != (rows,) or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a contiguous int32 CuPy array of shape ({rows},)")
+    check_argmax_outputs(out, advance, host_out, rows)
     if ld >= 2**31:
         raise ValueError(f"logits row stride {ld} is beyond the kernel's int indexing")
-    if advance is not None and (not isinstance(advance, cp.ndarray) or advance.dtype != cp.int32
-                                or advance.shape != (4, rows) or not advance.flags.c_contiguous):
-        raise ValueError(f"advance must be a contiguous int32 CuPy array of shape (4, {rows})")
-    if host_out is not None and (not isinstance(host_out, MappedInts) or host_out.array.shape != (rows,)):
-        raise ValueError(f"host_out must be MappedInts of {rows} elements")
     chunks = -(-v // ARGMAX_CHUNK)
     # one workspace per (stream, rows, chunks), never replaced: a captured graph keeps its own
     key = (cp.cuda.Device().id, cp.cuda.get_current_stream().ptr, rows, chunks)
