@@ -1,5 +1,5 @@
 // argmax.cuh: the (value, index) rule of the greedy decode's argmax and its block reduction, shared
-// by argmax_rows_f32 (sampling.cu) and the LM head's own argmax (gemv.cu, gemv_*_nt_ln_argmax).
+// by argmax_rows_f32 (sampling.cu) and the one-token LM head's own argmax (gemv.cu, gemv_*_nt_ln_m1).
 // The first index of the largest value wins (np.argmax's tie rule); a NaN never wins (comparisons
 // with NaN are false), and a row with no winner (all NaN) gives index 0.
 #pragma once

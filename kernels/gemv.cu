@@ -55,7 +55,7 @@
 //     (GemvNt<>::MIN_BLOCKS per SM: 3; 2 at 4 rows; one token: its own knobs, which gpt2block's
 //     cuda_linear sets by the model's width). Any G and wpr give a correct result.
 //     dynamic shared memory (M + 2) * K * 4 bytes for the _ln kernels (the normalized rows, then g
-//     and b; above 48 KB needs the opt-in attribute), else 0.
+//     and b; above 48 KB with the static shared memory needs the opt-in attribute), else 0.
 
 #include "common.cuh"
 #include "mma.cuh"  // cp.async

@@ -3,8 +3,8 @@
 // argmax_rows_f32: out[r] = the first index of the largest value of logits[r, :] (np.argmax's
 // tie rule; argmax.cuh). Greedy decoding then copies B ints to the host instead of B x vocab floats.
 // NaN logits: a NaN never wins (comparisons with NaN are false); an all-NaN row gives 0.
-// (The five-kernel decode step of up to 8 rows takes its argmax in the LM head itself, gemv.cu's
-// gemv_*_nt_ln_argmax; this kernel serves the other cases.)
+// (A batch-1 decode step takes its argmax in the LM head itself, gemv.cu's gemv_*_nt_ln_m1 with
+// GemvArgmax; this kernel serves the other batch sizes.)
 //
 // A row is split into gridDim.x chunks of `chunk` values, one block each, so that the 50257
 // logits of a decode row are read by many SMs at once. Each block writes its (value, index)

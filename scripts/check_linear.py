@@ -202,7 +202,7 @@ def gemv_case(wdtype: str, m: int, k: int, n: int, epilogue: str | None = "bias"
     else:
         ref64 = torch_linear(x64, t["w"].double(), t["bias"].double(), epilogue, r64)
         peer = torch_linear(x32, t["w"], t["bias"], epilogue, t["r"])
-    what = ("nt" + ("+ln" if ln else "") + (f" {epilogue}" if epilogue else "")) if nt else epilogue
+    what = ("nt" + (f"+ln(mean {ln_mean:g})" if ln else "") + (f" {epilogue}" if epilogue else "")) if nt else epilogue
     return judge(f"gemv {wdtype:6s} {what:20s} M={m} K={k} N={n}" + (" inplace" if inplace else ""),
                  ours, ref64, peer, "fp32")
 

@@ -629,6 +629,8 @@ def _gemv_argmax_args(argmax, m: int, grid: int, stream) -> tuple:
         return (_NULL,) * 6
     from .cuda_ops import check_argmax_outputs
 
+    if not isinstance(argmax, tuple) or len(argmax) != 3:
+        raise ValueError("argmax must be a tuple (ids, advance, host_out)")
     ids, advance, host_out = argmax
     check_argmax_outputs(ids, advance, host_out, m, names=("argmax ids", "argmax advance", "argmax host_out"))
     stream_ptr = (stream if stream is not None else cp.cuda.get_current_stream()).ptr

@@ -102,16 +102,19 @@ def test_batched_equals_alone(hf_models, d):
         np.testing.assert_allclose(np.stack([b[r] for b in batched]), alone, atol=1e-4, rtol=0)
 
 
-def test_greedy_argmax_on_device(hf_models):
+@pytest.mark.parametrize("batch,precision", [(1, "fp32"), (1, "bf16"), (2, "fp32")])
+def test_greedy_argmax_on_device(hf_models, batch, precision):
+    """decode_greedy's ids (at batch 1 taken by the LM head GEMV itself, else by argmax_rows_f32)
+    equal np.argmax of the same runner's decode logits."""
     path, _ = hf_models[768]
-    runner = make_runner(load_weights(path), "cuda")
+    runner = make_runner(load_weights(path), "cuda", precision)
     rng = np.random.default_rng()
-    c1, c2 = runner.new_cache(2), runner.new_cache(2)
-    for r in range(2):
+    c1, c2 = runner.new_cache(batch), runner.new_cache(batch)
+    for r in range(batch):
         p = rng.integers(0, 50257, 5 + r)
         runner.prefill(c1, r, p)
         runner.prefill(c2, r, p)
-    tok = rng.integers(0, 50257, 2)
+    tok = rng.integers(0, 50257, batch)
     for _ in range(5):
         logits = runner.decode(c1, tok)
         greedy = runner.decode_greedy(c2, tok)
