@@ -528,9 +528,9 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
 
     ``argmax = (ids, advance, host_out)`` (with ln, no epilogue and M = 1: ln_f + the LM head of a
     batch-1 decode step): also ids[0] = the first index of the largest output, as
-    cuda_ops.argmax_rows gives it from out (ids int32 [1] on the device); ``advance`` (int32 [4, M]: a decode step's ids, seq, pos,
-    lengths, or None) moved on to the next greedy step, and ``host_out`` (cuda_ops.MappedInts of M,
-    or None) given the ids too, as argmax_rows does."""
+    cuda_ops.argmax_rows gives it from out (ids int32 [1] on the device); ``advance`` (int32 [4, 1]:
+    a decode step's ids, seq, pos, lengths; or None) moved on to the next greedy step, and
+    ``host_out`` (cuda_ops.MappedInts of 1, or None) given the id too, as argmax_rows does."""
     _check_rows(x, "x")
     _check_weights(w, "w", "[N, K]")
     m, k = x.shape
@@ -610,35 +610,18 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
            programmatic=True)
 
 
-class _ArgmaxScratch:
-    """The LM head argmax's partials [M, grid] and ticket (zero; the kernel leaves it zero), one per
-    (device, stream, M, grid), allocated outside a capture (a cache's eager first decode step)."""
-
-    def __init__(self, m: int, grid: int):
-        self.part_v = cp.empty(m * grid, cp.float32)
-        self.part_i = cp.empty(m * grid, cp.int32)
-        self.counter = cp.zeros(1, cp.int32)
-
-
-_argmax_scratch: dict = {}
-
-
 def _gemv_argmax_args(argmax, m: int, grid: int, stream) -> tuple:
     """The six GemvArgmax arguments of gemv_*_nt_ln (kernels/gemv.cu): NULLs without an argmax."""
     if argmax is None:
         return (_NULL,) * 6
-    from .cuda_ops import check_argmax_outputs
+    from .cuda_ops import argmax_workspace, check_argmax_outputs
 
     if not isinstance(argmax, tuple) or len(argmax) != 3:
         raise ValueError("argmax must be a tuple (ids, advance, host_out)")
     ids, advance, host_out = argmax
     check_argmax_outputs(ids, advance, host_out, m, names=("argmax ids", "argmax advance", "argmax host_out"))
-    stream_ptr = (stream if stream is not None else cp.cuda.get_current_stream()).ptr
-    key = (cp.cuda.Device().id, stream_ptr, m, grid)
-    ws = _argmax_scratch.get(key)
-    if ws is None:  # never replaced: a captured graph keeps using its own
-        ws = _argmax_scratch[key] = _ArgmaxScratch(m, grid)
-    return (ids, ws.part_v, ws.part_i, ws.counter, _NULL if advance is None else advance,
+    ws = argmax_workspace(m, grid, stream)  # partials [M, grid]; counters[0] the ticket (M = 1)
+    return (ids, ws.part_v, ws.part_i, ws.counters, _NULL if advance is None else advance,
             np.uint64(0 if host_out is None else host_out.device_ptr))
 
 

@@ -87,6 +87,16 @@ def programmatic_launches(enabled: bool = True):
         _programmatic = before
 
 
+_static_smem_bytes: dict = {}  # function handle -> its static shared memory (asked of the driver once)
+
+
+def _static_smem(k: cp.RawKernel) -> int:
+    ptr = k.kernel.ptr
+    if ptr not in _static_smem_bytes:
+        _static_smem_bytes[ptr] = k.shared_size_bytes
+    return _static_smem_bytes[ptr]
+
+
 def launch(k: cp.RawKernel, grid, block, args, shared_mem: int = 0, stream=None, programmatic: bool = False) -> None:
     """Launch ``k``; launch errors raise at once (CuPy checks cuLaunchKernel's return).
     ``programmatic``: ``k`` calls pdl_wait() before reading what the kernels ahead of it write
@@ -96,7 +106,7 @@ def launch(k: cp.RawKernel, grid, block, args, shared_mem: int = 0, stream=None,
     if min(grid) <= 0:
         raise ValueError(f"{k.name}: empty grid {grid}")
     # past 48 KB of static and dynamic shared memory together a block needs the opt-in attribute
-    if shared_mem and shared_mem + k.shared_size_bytes > 48 * 1024 and k.max_dynamic_shared_size_bytes < shared_mem:
+    if shared_mem and shared_mem + _static_smem(k) > 48 * 1024 and k.max_dynamic_shared_size_bytes < shared_mem:
         k.max_dynamic_shared_size_bytes = shared_mem
     block = tuple(int(b) for b in block)
     if programmatic and _programmatic:

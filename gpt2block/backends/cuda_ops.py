@@ -110,8 +110,9 @@ def kvcache_store(qkv, seq, pos, k_cache, v_cache, batch_stride: int) -> None:
 
 
 class ArgmaxWorkspace:
-    """Partials [rows, chunks] and per-row tickets (zero; the kernel leaves them zero) of
-    argmax_rows on one stream for one shape, allocated outside a capture (the eager first
+    """Partials [rows, chunks] and per-row tickets (zero; the kernels leave them zero) of an argmax
+    kernel (argmax_rows_f32, whose chunks are its blocks per row; the one-token LM head's, whose
+    chunks are its grid) on one stream for one shape, allocated outside a capture (the eager first
     decode step of a cache does it)."""
 
     def __init__(self, rows: int, chunks: int):
@@ -121,6 +122,17 @@ class ArgmaxWorkspace:
 
 
 _argmax_ws: dict = {}
+
+
+def argmax_workspace(rows: int, chunks: int, stream=None) -> ArgmaxWorkspace:
+    """The ArgmaxWorkspace of (device, stream (default: the current one), rows, chunks), made once and
+    never replaced: a captured graph keeps using its own."""
+    s = stream if stream is not None else cp.cuda.get_current_stream()
+    key = (cp.cuda.Device().id, s.ptr, rows, chunks)
+    ws = _argmax_ws.get(key)
+    if ws is None:
+        ws = _argmax_ws[key] = ArgmaxWorkspace(rows, chunks)
+    return ws
 
 
 def check_argmax_outputs(out, advance, host_out, rows: int, names=("out", "advance", "host_out")) -> None:
@@ -154,11 +166,7 @@ def argmax_rows(logits, out, advance=None, host_out: MappedInts | None = None) -
     if ld >= 2**31:
         raise ValueError(f"logits row stride {ld} is beyond the kernel's int indexing")
     chunks = -(-v // ARGMAX_CHUNK)
-    # one workspace per (stream, rows, chunks), never replaced: a captured graph keeps its own
-    key = (cp.cuda.Device().id, cp.cuda.get_current_stream().ptr, rows, chunks)
-    ws = _argmax_ws.get(key)
-    if ws is None:
-        ws = _argmax_ws[key] = ArgmaxWorkspace(rows, chunks)
+    ws = argmax_workspace(rows, chunks)
     k = kernel("sampling", "argmax_rows_f32", (("ARGMAX_THREADS", ARGMAX_THREADS),))
     launch(k, (chunks, rows), (ARGMAX_THREADS,),
            (logits, out, cp.int32(v), cp.int32(ld), cp.int32(ARGMAX_CHUNK), ws.part_v, ws.part_i, ws.counters,
