@@ -40,6 +40,49 @@
 #error "LN_DEPTH must be 2 or 3"
 #endif
 
+// Cache hints of the row's loads and stores. The rows are read once and written once, so x is
+// loaded without allocating in L1 and y stored streaming (.cs: evict-first in L2): at 8192 x 768
+// 16.5 -> 15.7 us (docs/PERFORMANCE.md version 22, scripts/tune_layernorm.py --hints; the stores'
+// hint is most of it). The other choices, for measuring:
+#ifndef LN_LOAD_HINT
+#define LN_LOAD_HINT 1  // x: 0 plain; 1 .nc.L1::no_allocate; 2 .nc.L1::no_allocate.L2::256B; 3 .cs
+#endif
+#ifndef LN_STORE_HINT
+#define LN_STORE_HINT 1  // y: 0 plain; 1 .cs; 2 .L1::no_allocate; 3 .L1::no_allocate with an L2 evict-first policy
+#endif
+
+__device__ __forceinline__ float4 ln_ld4(const float4* p) {
+    float4 v;
+#if LN_LOAD_HINT == 1
+    asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+#elif LN_LOAD_HINT == 2
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+#elif LN_LOAD_HINT == 3
+    asm volatile("ld.global.cs.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+#else
+    v = *p;
+#endif
+    return v;
+}
+
+__device__ __forceinline__ void ln_st4(float4* p, const float4& v) {
+#if LN_STORE_HINT == 1
+    asm volatile("st.global.cs.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+#elif LN_STORE_HINT == 2
+    asm volatile("st.global.L1::no_allocate.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z),
+                 "f"(v.w) : "memory");
+#elif LN_STORE_HINT == 3
+    unsigned long long pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+    asm volatile("st.global.L1::no_allocate.L2::cache_hint.v4.f32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(p), "f"(v.x),
+                 "f"(v.y), "f"(v.z), "f"(v.w), "l"(pol) : "memory");
+#else
+    *p = v;
+#endif
+}
+
 // v = row `row` of x, lane's share: float4 number lane + 32 i (zero past the row's end).
 __device__ __forceinline__ void ln_load(float4 (&v)[LN_MAX_VEC], const float* x, int row, int x_stride,
                                         int nvec, int lane) {
@@ -47,7 +90,7 @@ __device__ __forceinline__ void ln_load(float4 (&v)[LN_MAX_VEC], const float* x,
 #pragma unroll
     for (int i = 0; i < LN_MAX_VEC; ++i) {
         const int c = lane + 32 * i;
-        v[i] = c < nvec ? xr[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[i] = c < nvec ? ln_ld4(xr + c) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 }
 
@@ -105,7 +148,7 @@ __device__ __forceinline__ void ln_row(float4 (&v)[LN_MAX_VEC], const float* __r
             o.y = fmaf(v[i].y * rstd, gg.y, bv.y);
             o.z = fmaf(v[i].z * rstd, gg.z, bv.z);
             o.w = fmaf(v[i].w * rstd, gg.w, bv.w);
-            yr[c4] = o;
+            ln_st4(yr + c4, o);
         }
     }
 }

@@ -21,6 +21,7 @@ LN_MAX_VEC = 13  # layernorm.cu holds a row in registers: D <= 128 * LN_MAX_VEC 
 # ceil(D / 128), so a narrow row does not pay a wide row's registers)
 LN_MAX_D = 128 * LN_MAX_VEC
 LN_DEPTH3_VEC = (4, 5, 6)  # float4 per lane (D 385 to 768) at which layernorm.cu may hold three rows a warp
+LN_DEFINES: tuple = ()  # extra #defines of layernorm_f32 (A/B runs: LN_LOAD_HINT, LN_STORE_HINT)
 ARGMAX_THREADS = 256
 ARGMAX_CHUNK = 8 * ARGMAX_THREADS  # logits per block: ARGMAX_UNROLL loads per thread (sampling.cu)
 
@@ -83,7 +84,8 @@ def layernorm(x, g, b, y, eps: float, blocks: int | None = None) -> None:
         raise ValueError(f"layernorm of {rows} rows takes 1 to {most} blocks; got {blocks}")
     # two rows loaded ahead where some warp takes three or more and the width allows (layernorm.cu)
     depth = 3 if vec in LN_DEPTH3_VEC and rows > 2 * LN_WARPS * blocks else 2
-    k = kernel("layernorm", "layernorm_f32", (("LN_WARPS", LN_WARPS), ("LN_MAX_VEC", vec), ("LN_DEPTH", depth)))
+    k = kernel("layernorm", "layernorm_f32",
+               (("LN_WARPS", LN_WARPS), ("LN_MAX_VEC", vec), ("LN_DEPTH", depth)) + LN_DEFINES)
     launch(k, (blocks,), (32 * LN_WARPS,),
            (x, g, b, y, cp.int32(rows), cp.int32(d), cp.int32(xs), cp.int32(ys), cp.float32(eps)))
 
