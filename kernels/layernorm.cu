@@ -42,8 +42,9 @@
 
 // Cache hints of the row's loads and stores. The rows are read once and written once, so x is
 // loaded without allocating in L1 and y stored streaming (.cs: evict-first in L2): at 8192 x 768
-// 16.5 -> 15.7 us (docs/PERFORMANCE.md version 22, scripts/tune_layernorm.py --hints; the stores'
-// hint is most of it). The other choices, for measuring:
+// 16.55 -> 15.60 us, each hint about half of it (docs/PERFORMANCE.md version 22, scripts/
+// tune_layernorm.py --hints). A row is read by the warp that writes it, before it writes it, so the
+// non-coherent load is safe with y = x. The other choices, for measuring:
 #ifndef LN_LOAD_HINT
 #define LN_LOAD_HINT 1  // x: 0 plain; 1 .nc.L1::no_allocate; 2 .nc.L1::no_allocate.L2::256B; 3 .cs
 #endif
