@@ -287,9 +287,34 @@ struct GemvNt {
                                       : MP == 1 && !BF16 ? GEMV_NT_MIN_BLOCKS_M1_F32
                                       : MP == 1          ? GEMV_NT_MIN_BLOCKS_M1_BF16
                                                          : GEMV_NT_MIN_BLOCKS;
+    static constexpr bool LM_HEAD = LM;
     // each row's MP sums land on 32 / MP lanes (warp_sums), one row per lane of them
     static_assert(ROWS >= 1 && ROWS <= 32 / MP, "GemvNt: more rows per warp than lanes per token sum");
 };
+
+// The weights' L2 eviction priority in the one-token builds (_m1; GEMV_W_POLICY 1, else none given):
+// evict-first for every weight load, except the LM head's first GEMV_LM_PIN_BYTES_{BF16,F32} bytes of
+// rows (gemv_*_nt_ln_m1), loaded evict-last, so that they stay in the L2 (60 MB on the H200) from one
+// decode step to the next while the layers' weights stream past. gpt2 on the H200, tok/s
+// (docs/PERFORMANCE.md, version 23): bf16 b1 +1.3% with 24 MB kept, fp32 b1 +2.2% with none kept.
+// The 8-token builds lost 1.4% with it, so they keep the plain loads.
+#ifndef GEMV_W_POLICY
+#define GEMV_W_POLICY 1
+#endif
+#ifndef GEMV_LM_PIN_BYTES_BF16
+#define GEMV_LM_PIN_BYTES_BF16 (24ll << 20)
+#endif
+#ifndef GEMV_LM_PIN_BYTES_F32
+#define GEMV_LM_PIN_BYTES_F32 0ll
+#endif
+__device__ __forceinline__ unsigned long long gemv_policy(bool keep) {
+    unsigned long long pol;
+    if (keep)
+        asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
+    else
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+    return pol;
+}
 
 template <bool BF16>
 struct GemvRaw;  // 16 raw bytes of weights, loaded by ld_pre_wait4 (common.cuh) so that the first
@@ -297,12 +322,26 @@ struct GemvRaw;  // 16 raw bytes of weights, loaded by ld_pre_wait4 (common.cuh)
 template <>
 struct GemvRaw<false> {
     typedef float4 T;
-    __device__ static __forceinline__ float4 load(const void* p) { return ld_pre_wait4(p); }
+    template <bool POLICY>
+    __device__ static __forceinline__ float4 load(const void* p, unsigned long long pol) {
+        if (!POLICY) return ld_pre_wait4(p);
+        float4 v;
+        asm volatile(PRE_WAIT_LD ".L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;\n"
+                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p), "l"(pol));
+        return v;
+    }
 };
 template <>
 struct GemvRaw<true> {
     typedef uint4 T;
-    __device__ static __forceinline__ uint4 load(const void* p) { return ld_pre_wait4u(p); }
+    template <bool POLICY>
+    __device__ static __forceinline__ uint4 load(const void* p, unsigned long long pol) {
+        if (!POLICY) return ld_pre_wait4u(p);
+        uint4 v;
+        asm volatile(PRE_WAIT_LD ".L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
+        return v;
+    }
 };
 
 // A row's sum and sum of squares in float64 over the warp (lane l: pieces l, l + 32, ... of the
@@ -466,19 +505,24 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     const int k_lo = slice * k_span, k_hi = min(K, k_lo + k_span);
     typename Raw::T wv[UNROLL][ROWS];
     const typename GemvW<BF16>::T* wrow[ROWS];
+    constexpr bool POLICY = GEMV_W_POLICY && MP == 1;
+    unsigned long long wpol = 0;  // POLICY: this row group's L2 eviction policy (gemv_policy)
     auto load_batch = [&](int k0) {
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             const int k = k0 + u * STEP;
             if (k < k_hi) {
 #pragma unroll
-                for (int r = 0; r < ROWS; ++r) wv[u][r] = Raw::load(wrow[r] + k);
+                for (int r = 0; r < ROWS; ++r) wv[u][r] = Raw::template load<POLICY>(wrow[r] + k, wpol);
             }
         }
     };
     auto set_rows = [&](int n0) {
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) wrow[r] = w + (long long)min(n0 + r, N - 1) * K;  // >= N: unused
+        if (POLICY)
+            wpol = gemv_policy(Build::LM_HEAD && (BF16 ? GEMV_LM_PIN_BYTES_BF16 : GEMV_LM_PIN_BYTES_F32) >
+                                                     (long long)n0 * K * (BF16 ? 2 : 4));
     };
 
     // This lane's output in a row group: row n0 + e_r, token e_m (each row's MP sums land on lanes
