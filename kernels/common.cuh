@@ -208,6 +208,29 @@ __device__ __forceinline__ uint4 ld_pre_wait4u(const void* p) {
     asm volatile(PRE_WAIT_LD ".v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
+// The same with an L2 eviction policy (l2_policy) on the load.
+__device__ __forceinline__ float4 ld_pre_wait4(const void* p, unsigned long long policy) {
+    float4 v;
+    asm volatile(PRE_WAIT_LD ".L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p), "l"(policy));
+    return v;
+}
+__device__ __forceinline__ uint4 ld_pre_wait4u(const void* p, unsigned long long policy) {
+    uint4 v;
+    asm volatile(PRE_WAIT_LD ".L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(policy));
+    return v;
+}
+
+// An L2 cache policy for .L2::cache_hint accesses: evict-last (keep) or evict-first.
+__device__ __forceinline__ unsigned long long l2_policy(bool keep) {
+    unsigned long long pol;
+    if (keep)
+        asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
+    else
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+    return pol;
+}
 
 // Loads of read-only global data from a volatile asm, meant to be issued where they are written so
 // that their latency overlaps the barriers that follow (decode_layers.cu). ptxas may still move them

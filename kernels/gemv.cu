@@ -307,28 +307,16 @@ struct GemvNt {
 #ifndef GEMV_LM_PIN_BYTES_F32
 #define GEMV_LM_PIN_BYTES_F32 0ll
 #endif
-__device__ __forceinline__ unsigned long long gemv_policy(bool keep) {
-    unsigned long long pol;
-    if (keep)
-        asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
-    else
-        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-    return pol;
-}
-
 template <bool BF16>
 struct GemvRaw;  // 16 raw bytes of weights, loaded by ld_pre_wait4 (common.cuh) so that the first
-                 // batch is issued where it is written, before pdl_wait, not sunk past it
+                 // batch is issued where it is written, before pdl_wait, not sunk past it; with
+                 // POLICY, carrying the L2 eviction policy pol (l2_policy)
 template <>
 struct GemvRaw<false> {
     typedef float4 T;
     template <bool POLICY>
     __device__ static __forceinline__ float4 load(const void* p, unsigned long long pol) {
-        if (!POLICY) return ld_pre_wait4(p);
-        float4 v;
-        asm volatile(PRE_WAIT_LD ".L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;\n"
-                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p), "l"(pol));
-        return v;
+        return POLICY ? ld_pre_wait4(p, pol) : ld_pre_wait4(p);
     }
 };
 template <>
@@ -336,11 +324,7 @@ struct GemvRaw<true> {
     typedef uint4 T;
     template <bool POLICY>
     __device__ static __forceinline__ uint4 load(const void* p, unsigned long long pol) {
-        if (!POLICY) return ld_pre_wait4u(p);
-        uint4 v;
-        asm volatile(PRE_WAIT_LD ".L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
-        return v;
+        return POLICY ? ld_pre_wait4u(p, pol) : ld_pre_wait4u(p);
     }
 };
 
@@ -506,7 +490,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     typename Raw::T wv[UNROLL][ROWS];
     const typename GemvW<BF16>::T* wrow[ROWS];
     constexpr bool POLICY = GEMV_W_POLICY && MP == 1;
-    unsigned long long wpol = 0;  // POLICY: this row group's L2 eviction policy (gemv_policy)
+    unsigned long long wpol = 0;  // POLICY: this row group's L2 eviction policy (l2_policy)
     auto load_batch = [&](int k0) {
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
@@ -521,7 +505,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) wrow[r] = w + (long long)min(n0 + r, N - 1) * K;  // >= N: unused
         if (POLICY)
-            wpol = gemv_policy(Build::LM_HEAD && (BF16 ? GEMV_LM_PIN_BYTES_BF16 : GEMV_LM_PIN_BYTES_F32) >
+            wpol = l2_policy(Build::LM_HEAD && (BF16 ? GEMV_LM_PIN_BYTES_BF16 : GEMV_LM_PIN_BYTES_F32) >
                                                      (long long)n0 * K * (BF16 ? 2 : 4));
     };
 

@@ -75,8 +75,7 @@ __device__ __forceinline__ void ln_st4(float4* p, const float4& v) {
     asm volatile("st.global.L1::no_allocate.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z),
                  "f"(v.w) : "memory");
 #elif LN_STORE_HINT == 3
-    unsigned long long pol;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+    const unsigned long long pol = l2_policy(false);
     asm volatile("st.global.L1::no_allocate.L2::cache_hint.v4.f32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(p), "f"(v.x),
                  "f"(v.y), "f"(v.z), "f"(v.w), "l"(pol) : "memory");
 #else
