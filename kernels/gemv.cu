@@ -387,6 +387,52 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
     __syncthreads();
 }
 
+// One token (the _m1 builds): the whole block shares the row instead of one warp. Thread t copies pieces
+// t, t + 256, ... of x into xs (cp.async) and adds their float64 sums; each warp's sums go to shared
+// memory, every thread adds the GEMV_NT_WARPS of them in warp order (so every thread forms the same
+// statistics) and normalizes its own pieces. gemv_ln_rows' warp 0 walks K / 128 pieces per lane in a
+// dependent chain while the other warps wait: at D = 768 in the bf16 decode step its statistics took
+// 0.64 us and the normalization 0.36 us after x had landed (docs/PERFORMANCE.md, version 24).
+// Two block barriers, as there: the warps' sums with g and b landed, and the row done.
+#ifndef GEMV_LN_BLOCK_M1
+#define GEMV_LN_BLOCK_M1 1  // 0: one warp per row at one token as well (for measuring)
+#endif
+__device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, const float* gbs, float* xs, int K,
+                                                  float eps) {
+    __shared__ double part[GEMV_NT_WARPS][2];  // each warp's sum and sum of squares
+    const int tid = threadIdx.x, warp = tid >> 5, K4 = K >> 2;
+    float4* xs4 = reinterpret_cast<float4*>(xs);
+    const float4* gs4 = reinterpret_cast<const float4*>(gbs);
+    const float4* bs4 = gs4 + K4;
+    for (int k = tid; k < K4; k += GEMV_NT_THREADS) cp_async16(xs4 + k, reinterpret_cast<const float4*>(x) + k, 16);
+    cp_async_commit();
+    cp_async_wait<0>();  // this thread's pieces and its share of g and b
+    double s = 0.0, q = 0.0;
+    for (int k = tid; k < K4; k += GEMV_NT_THREADS) {
+        const float4 v = xs4[k];
+        const double a = v.x, b2 = v.y, c = v.z, d = v.w;
+        s += (a + b2) + (c + d);
+        q += (a * a + b2 * b2) + (c * c + d * d);
+    }
+    s = warp_sum(s);
+    q = warp_sum(q);
+    if ((tid & 31) == 0) {
+        part[warp][0] = s;
+        part[warp][1] = q;
+    }
+    __syncthreads();  // the warps' sums, and everyone's share of g and b
+    s = 0.0;
+    q = 0.0;
+#pragma unroll
+    for (int w = 0; w < GEMV_NT_WARPS; ++w) {
+        s += part[w][0];
+        q += part[w][1];
+    }
+    const LnRow st = ln_row_stats(s, q, ln_inv_n(K), eps);
+    for (int k = tid; k < K4; k += GEMV_NT_THREADS) xs4[k] = ln_apply4(xs4[k], st, gs4[k], bs4[k]);
+    __syncthreads();
+}
+
 // The KV-cache destination of the _kv kernels: output n of row m in [D, 2D) is key n - D of
 // token m, in [2D, 3D) its value; they go to k / v + seq[m] * batch_stride + pos[m] * D as well.
 struct GemvKv {
@@ -534,7 +580,12 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     epi_res(first + group * ROWS);
     long long e_kv = 0;  // KV: token e_m's cache row and position, as an offset
     if (KV && e_m < M) e_kv = kv.seq[e_m] * kv.batch_stride + (long long)kv.pos[e_m] * kv.D;
-    if (LN) gemv_ln_rows(x, xs + M * K, xs, M, K, eps);  // the whole block
+    if (LN) {  // the whole block
+        if (MP == 1 && GEMV_LN_BLOCK_M1)
+            gemv_ln_row_block(x, xs + K, xs, K, eps);
+        else
+            gemv_ln_rows(x, xs + M * K, xs, M, K, eps);
+    }
 
     float best_v = NEG_INF_F32;  // ARGMAX: the best of this lane's stored outputs (token e_m)
     int best_i = ARGMAX_NONE;
