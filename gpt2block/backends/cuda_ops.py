@@ -86,8 +86,9 @@ def layernorm(x, g, b, y, eps: float, blocks: int | None = None) -> None:
     depth = 3 if vec in LN_DEPTH3_VEC and rows > 2 * LN_WARPS * blocks else 2
     k = kernel("layernorm", "layernorm_f32",
                (("LN_WARPS", LN_WARPS), ("LN_MAX_VEC", vec), ("LN_DEPTH", depth)) + LN_DEFINES)
+    # programmatic: inside programmatic_launches() it starts as the kernel ahead finishes (layernorm.cu)
     launch(k, (blocks,), (32 * LN_WARPS,),
-           (x, g, b, y, cp.int32(rows), cp.int32(d), cp.int32(xs), cp.int32(ys), cp.float32(eps)))
+           (x, g, b, y, cp.int32(rows), cp.int32(d), cp.int32(xs), cp.int32(ys), cp.float32(eps)), programmatic=True)
 
 
 def embedding(ids, pos, wte, wpe, x) -> None:

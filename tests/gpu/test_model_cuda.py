@@ -181,6 +181,43 @@ def test_layernorm_schedules_give_the_same_bits(cp, d, rows, blocks):
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("rows, d", [(8192, 768), (1025, 1600), (2, 768)])
+def test_layernorm_programmatic_chain_waits_for_each_call(cp, rows, d):
+    """layernorm_f32 lets the next kernel launch at its start and waits before touching memory, so a
+    chain of programmatic launches (y1 = LN(x), y2 = LN(y1), y1 = LN(y2), y2 = LN(y2) in place) gives
+    the bits of the same chain launched plainly, each output poisoned with NaN before: a call that read
+    its input before the call ahead had finished would see NaN. Five times, on its own stream."""
+    from gpt2block.backends import cuda_ops
+    from gpt2block.backends.cuda_modules import programmatic_launches
+
+    seed = int(np.random.default_rng().integers(2**31))
+    print(f"seed {seed}")
+    rng = np.random.default_rng(seed)
+    x = cp.asarray(rng.normal(0, 1, (rows, d)).astype(np.float32) * 30.0)
+    g = cp.asarray(rng.uniform(0.5, 2.0, d).astype(np.float32))
+    b = cp.asarray(rng.normal(0, 1.0, d).astype(np.float32))
+
+    def chain(y1, y2):
+        cuda_ops.layernorm(x, g, b, y1, 1e-5)
+        cuda_ops.layernorm(y1, g, b, y2, 1e-5)
+        cuda_ops.layernorm(y2, g, b, y1, 1e-5)
+        cuda_ops.layernorm(y1, g, b, y2, 1e-5)
+        cuda_ops.layernorm(y2, g, b, y2, 1e-5)
+
+    r1, r2 = (cp.full((rows, d), cp.nan, cp.float32) for _ in range(2))
+    chain(r1, r2)
+    stream = cp.cuda.Stream(non_blocking=True)
+    for _ in range(5):
+        y1, y2 = (cp.full((rows, d), cp.nan, cp.float32) for _ in range(2))
+        cp.cuda.Device().synchronize()
+        with stream, programmatic_launches():
+            chain(y1, y2)
+        stream.synchronize()
+        assert bool(cp.isfinite(y2).all())
+        np.testing.assert_array_equal(cp.asnumpy(y1), cp.asnumpy(r1))
+        np.testing.assert_array_equal(cp.asnumpy(y2), cp.asnumpy(r2))
+
+
 def test_layernorm_rejects_a_grid_beyond_its_rows(cp):
     from gpt2block.backends import cuda_ops
 
