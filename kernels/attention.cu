@@ -598,15 +598,14 @@ __device__ __forceinline__ void attn_dec_fold(const float4& qv, const float4 (&k
                                               float* scratch, float* stat, float& m_run, float& l_run,
                                               float4& o) {
     const int tid = threadIdx.x, lane16 = tid & 15, grp = tid >> 4;
-    const unsigned half_mask = 0xffffu << (tid & 16);  // the 16 lanes of this thread's group
+    // every key slot scored (slots past n hold zeros or an earlier round's keys; their scores are
+    // not stored), so that the eight butterflies run side by side
+    float d[ATTN_DEC_PER_GROUP];
+    attn_dots16(qv, kr, d);
 #pragma unroll
     for (int j = 0; j < ATTN_DEC_PER_GROUP; ++j) {
         const int i = grp + 8 * j;
-        if (i >= n) break;
-        // Only this 16-lane group runs this iteration (the warp's other group may have one
-        // key fewer): the shuffle's mask names exactly the group's lanes, never the whole warp.
-        const float d = attn_dot16(qv, kr[j], half_mask);
-        if (lane16 == 0) sc[i] = d;
+        if (lane16 == 0 && i < n) sc[i] = d[j];
     }
     __syncthreads();
 
@@ -674,7 +673,8 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
     // which measured 0.5 us slower per call.
     const int k0 = rank * ATTN_DEC_CHUNK;
     const int n0 = bad ? 0 : min(ATTN_DEC_CHUNK, len - k0);
-    float4 kr[ATTN_DEC_PER_GROUP], vr[ATTN_DEC_PER_GROUP];
+    // zeros in the slots a short round leaves unloaded (attn_dec_fold scores every slot)
+    float4 kr[ATTN_DEC_PER_GROUP] = {}, vr[ATTN_DEC_PER_GROUP] = {};
     const int i_new = len - 1 - k0;  // this step's key in the first round (if < n0)
     attn_dec_load<true>(krow, vrow, D, k0, min(n0, i_new), kr, vr);  // the keys before it
     pdl_wait();

@@ -147,6 +147,26 @@ __device__ __forceinline__ float attn_dot16(const float4& q, const float4& k, un
     return d;
 }
 
+// N keys' scores at once, each as attn_dot16 forms it (the same products and butterfly, so the same
+// bits), the N butterflies interleaved: a lane's N dot products, then each shuffle level for all N.
+// Every lane of the warp must call it (full mask; the xor offsets stay inside each 16-lane group).
+// attention_decode_f32 scored its 8 keys one at a time before, each butterfly behind the last: about
+// 0.5 us of a 1.2-us round at one token (docs/PERFORMANCE.md, version 24).
+template <int N>
+__device__ __forceinline__ void attn_dots16(const float4& q, const float4 (&k)[N], float (&d)[N]) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        d[j] = q.x * k[j].x;
+        d[j] = fmaf(q.y, k[j].y, d[j]);
+        d[j] = fmaf(q.z, k[j].z, d[j]);
+        d[j] = fmaf(q.w, k[j].w, d[j]);
+    }
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1)
+#pragma unroll
+        for (int j = 0; j < N; ++j) d[j] += __shfl_xor_sync(0xffffffffu, d[j], off);
+}
+
 // Decode attention's combine of one (row, head)'s n splits, in split order: dim d of
 // sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s, M the largest m_s. ml: [n][2] (max m, sum l),
 // acc: [n][64] unnormalised; written by other blocks of the launch, so read through L2.
