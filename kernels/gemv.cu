@@ -328,12 +328,13 @@ struct GemvRaw<true> {
     }
 };
 
-// A row's sum and sum of squares in float64 over the warp (lane l: pieces l, l + 32, ... of the
-// row's K4 float4 in shared memory); every lane gets both.
-__device__ __forceinline__ void gemv_row_sums(const float4* row, int K4, int lane, double& s, double& q) {
+// The float64 sum and sum of squares of pieces first, first + step, ... of a row's K4 float4 in shared
+// memory, added over the warp (every lane gets both): lane l of one warp taking pieces l, l + 32, ...
+// (gemv_ln_rows), or thread t of the block pieces t, t + 256, ... (gemv_ln_row_block, the warp's share).
+__device__ __forceinline__ void gemv_row_sums(const float4* row, int K4, int first, int step, double& s, double& q) {
     s = 0.0;
     q = 0.0;
-    for (int k = lane; k < K4; k += 32) {
+    for (int k = first; k < K4; k += step) {
         const float4 v = row[k];
         const double a = v.x, b2 = v.y, c = v.z, d = v.w;
         s += (a + b2) + (c + d);
@@ -380,7 +381,7 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
     for (int m = warp; m < M; m += GEMV_NT_WARPS) {
         float4* srow = xs4 + m * K4;
         double s, q;
-        gemv_row_sums(srow, K4, lane, s, q);
+        gemv_row_sums(srow, K4, lane, 32, s, q);
         const LnRow st = ln_row_stats(s, q, inv_k, eps);
         for (int k = lane; k < K4; k += 32) srow[k] = ln_apply4(srow[k], st, gs4[k], bs4[k]);
     }
@@ -397,6 +398,9 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
 #ifndef GEMV_LN_BLOCK_M1
 #define GEMV_LN_BLOCK_M1 1  // 0: one warp per row at one token as well (for measuring)
 #endif
+#ifndef GEMV_M1_HALVE
+#define GEMV_M1_HALVE 1  // 0: one token's row sums one warp_sum each (for measuring)
+#endif
 __device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, const float* gbs, float* xs, int K,
                                                   float eps) {
     __shared__ double part[GEMV_NT_WARPS][2];  // each warp's sum and sum of squares
@@ -407,15 +411,8 @@ __device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, c
     for (int k = tid; k < K4; k += GEMV_NT_THREADS) cp_async16(xs4 + k, reinterpret_cast<const float4*>(x) + k, 16);
     cp_async_commit();
     cp_async_wait<0>();  // this thread's pieces and its share of g and b
-    double s = 0.0, q = 0.0;
-    for (int k = tid; k < K4; k += GEMV_NT_THREADS) {
-        const float4 v = xs4[k];
-        const double a = v.x, b2 = v.y, c = v.z, d = v.w;
-        s += (a + b2) + (c + d);
-        q += (a * a + b2 * b2) + (c * c + d * d);
-    }
-    s = warp_sum(s);
-    q = warp_sum(q);
+    double s, q;
+    gemv_row_sums(xs4, K4, tid, GEMV_NT_THREADS, s, q);
     if ((tid & 31) == 0) {
         part[warp][0] = s;
         part[warp][1] = q;
@@ -559,8 +556,14 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     // by warp_sums, below). Its epilogue's inputs are loaded before the arithmetic, so that no round
     // trip is left at the end: the bias before pdl_wait (a weight), the residual and the KV cache
     // slot after it (written by the kernels before).
+    // One token (HALVE): the ROWS sums of a lane fold together by halving shuffles (warp_sums<ROWS>: 2 log2
+    // ROWS - 1 + 5 - log2 ROWS shuffles, 6 at 4 rows, against 5 per row), so that row r lands on lanes
+    // r * LPR .. + LPR - 1 and the first of them stores it.
+    constexpr bool HALVE = MP == 1 && GEMV_M1_HALVE && ROWS > 1;
+    constexpr int LPR = HALVE ? 32 / ROWS : 1;  // HALVE: lanes per row sum
     constexpr int LPS = 32 / MP;  // lanes per sum
-    const int e_r = lane % LPS, e_m = lane / LPS;
+    const int e_r = HALVE ? lane / LPR : lane % LPS, e_m = HALVE ? 0 : lane / LPS;
+    const bool e_own = lane % LPR == 0;  // the lane that stores its row (every one without HALVE)
     float e_bias = 0.0f, e_res = 0.0f;
     auto epi_bias = [&](int n0) {
         if (EPI != GEMV_EPI_NONE && e_r < ROWS && n0 + e_r < N) e_bias = ld_pre_wait(bias + n0 + e_r);
@@ -643,10 +646,17 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
         // each row's MP sums by halving shuffles (warp_sums): lane l gets token l / LPS's sum of
         // every row, and keeps row r = l % LPS's (r < ROWS <= LPS)
         float mine = 0.0f;
+        if constexpr (HALVE) {
+            float v[ROWS];
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-            const float s = warp_sums<MP>(acc[r], lane);
-            if (lane % LPS == r) mine = s;
+            for (int r = 0; r < ROWS; ++r) v[r] = acc[r][0];
+            mine = warp_sums<ROWS>(v, lane);
+        } else {
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                const float s = warp_sums<MP>(acc[r], lane);
+                if (lane % LPS == r) mine = s;
+            }
         }
         if (wpr > 1) {  // the slices of a group, added in slice order by its first warp
             red[warp][lane] = mine;
@@ -658,7 +668,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             __syncthreads();  // red is reused by the next row group
         }
         const int n = n0 + e_r;
-        if (slice == 0 && e_r < ROWS && e_m < M && n < N) {
+        if (slice == 0 && e_own && e_r < ROWS && e_m < M && n < N) {
             const float v = EPI == GEMV_EPI_NONE ? mine : gemv_epi_apply<EPI>(mine, e_bias, e_res);
             y[(long long)e_m * N + n] = v;
             if (ARGMAX && argmax_better(v, n, best_v, best_i)) { best_v = v; best_i = n; }
