@@ -84,7 +84,7 @@ EDITS = {
         ("            gemv_ln_rows(x, xs + M * K, xs, M, K, eps);\n    }\n",
          "    " + DUMMY.format("wv[0][ROWS - 1]") + "\n    tr_mark(9);\n"),
         ("            load_batch(k0);\n        }\n", "        tr_mark(16);\n"),
-        ("            if (lane % LPS == r) mine = s;\n        }\n", "        tr_mark(17);\n"),
+        ("                if (lane % LPS == r) mine = s;\n            }\n        }\n", "        tr_mark(17);\n"),
         ("            __syncthreads();  // red is reused by the next row group\n        }\n", "        tr_mark(10);\n"),
         ("    if (ARGMAX && am.out != nullptr) gemv_argmax_finish<MP>(am, best_v, best_i, M, lane, warp);\n",
          "    __syncthreads();\n    tr_mark(12);\n    tr_gmark(14);\n"),
