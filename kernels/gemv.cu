@@ -398,9 +398,6 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
 #ifndef GEMV_LN_BLOCK_M1
 #define GEMV_LN_BLOCK_M1 1  // 0: one warp per row at one token as well (for measuring)
 #endif
-#ifndef GEMV_M1_HALVE
-#define GEMV_M1_HALVE 1  // 0: one token's row sums one warp_sum each (for measuring)
-#endif
 __device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, const float* gbs, float* xs, int K,
                                                   float eps) {
     __shared__ double part[GEMV_NT_WARPS][2];  // each warp's sum and sum of squares
@@ -502,6 +499,12 @@ __device__ __forceinline__ void gemv_argmax_finish(const GemvArgmax am, float be
     }
 }
 
+// One token's row sums (HALVE in gemv_nt_body): a lane's ROWS partial sums fold together by halving
+// shuffles, warp_sums<ROWS> (ROWS - 1 + 5 - log2 ROWS shuffles: 6 at 4 rows, 5 at 2), instead of one
+// warp_sum of 5 shuffles per row; gpt2 bf16 b1 +2.2% (docs/PERFORMANCE.md, version 25).
+#ifndef GEMV_M1_HALVE
+#define GEMV_M1_HALVE 1  // 0: one warp_sum per row (for measuring)
+#endif
 template <bool BF16, int EPI, bool LN, bool KV, int MP, bool ARGMAX = false>
 __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const typename GemvW<BF16>::T* __restrict__ w,
                                              const float* __restrict__ bias, const float* R, float* y,
@@ -556,13 +559,12 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     // by warp_sums, below). Its epilogue's inputs are loaded before the arithmetic, so that no round
     // trip is left at the end: the bias before pdl_wait (a weight), the residual and the KV cache
     // slot after it (written by the kernels before).
-    // One token (HALVE): the ROWS sums of a lane fold together by halving shuffles (warp_sums<ROWS>: 2 log2
-    // ROWS - 1 + 5 - log2 ROWS shuffles, 6 at 4 rows, against 5 per row), so that row r lands on lanes
-    // r * LPR .. + LPR - 1 and the first of them stores it.
+    // One token (HALVE, above): row r's sum lands on lanes r * LPR .. + LPR - 1, and the first of them
+    // stores it.
     constexpr bool HALVE = MP == 1 && GEMV_M1_HALVE && ROWS > 1;
     constexpr int LPR = HALVE ? 32 / ROWS : 1;  // HALVE: lanes per row sum
     constexpr int LPS = 32 / MP;  // lanes per sum
-    const int e_r = HALVE ? lane / LPR : lane % LPS, e_m = HALVE ? 0 : lane / LPS;
+    const int e_r = HALVE ? lane / LPR : lane % LPS, e_m = lane / LPS;
     const bool e_own = lane % LPR == 0;  // the lane that stores its row (every one without HALVE)
     float e_bias = 0.0f, e_res = 0.0f;
     auto epi_bias = [&](int n0) {
@@ -643,8 +645,9 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             load_batch(k0);
         }
 
-        // each row's MP sums by halving shuffles (warp_sums): lane l gets token l / LPS's sum of
-        // every row, and keeps row r = l % LPS's (r < ROWS <= LPS)
+        // HALVE: lane l gets row l / LPR's sum. Otherwise each row's MP sums by halving shuffles
+        // (warp_sums): lane l gets token l / LPS's sum of every row, and keeps row r = l % LPS's
+        // (r < ROWS <= LPS)
         float mine = 0.0f;
         if constexpr (HALVE) {
             float v[ROWS];
