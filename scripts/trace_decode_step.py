@@ -17,8 +17,9 @@ the SM clock (clock64) after pdl_wait and at these points:
 Runs SIZE on random weights (five kernels a block), a 16-token prefill and a few greedy steps,
 then the stamped steps; prints per kernel (by grid) the median and 90th percentile over blocks and
 layers of each point, in us after the block's own wait (SM clock converted by the clock rate
-measured from the stamps), and the median gap from the kernel before's last block end to the wait's
-release (globaltimer, 32-ns steps). The stamps add a few instructions, an atomic and a barrier per
+measured from the stamps), the median gap from the kernel before's last block end to the wait's
+release (globaltimer, 32-ns steps), each launch's span from its first wait to its last block's end,
+and how often that last block shared its SM with another block of the same launch. The stamps add a few instructions, an atomic and a barrier per
 block: a stamped step runs about 10% slower than the product's. Used for docs/PERFORMANCE.md
 version 24.
 """
@@ -147,7 +148,7 @@ def report(a: np.ndarray, label: str) -> str:
     a, gx, gy, bd = a[order], gx[order], gy[order], bd[order]
     cut = np.flatnonzero((np.diff(a[:, 0]) != 0) | (np.diff(a[:, 4]) > 500)) + 1
     inst = np.split(np.arange(len(a)), cut)
-    gaps, prev_end = {}, None
+    gaps, spans, prev_end = {}, {}, None
     for idx in inst:
         key = (int(gx[idx[0]]), int(gy[idx[0]]), int(bd[idx[0]]))
         gaps.setdefault(key, [])
@@ -156,6 +157,9 @@ def report(a: np.ndarray, label: str) -> str:
         ends = a[idx, 14][a[idx, 14] > 0]
         if len(ends):
             prev_end = ends.max()
+            last = idx[np.argmax(np.where(a[idx, 14] > 0, a[idx, 14], 0))]
+            shared = int((a[idx, 2] == a[last, 2]).sum() > 1)  # the last block shared its SM with one of its launch
+            spans.setdefault(key, []).append(((prev_end - a[idx, 4].min()) / 1e3, shared))
     lines = [f"== {label}: {len(a)} blocks in {len(inst)} kernel launches; SM clock {ghz:.3f} GHz (from the stamps)",
              "   us after the block's own wait: p50/p90 over blocks and layers; 'release' = the kernel before's "
              "last block end -> this kernel's first wait release (p50)"]
@@ -171,8 +175,11 @@ def report(a: np.ndarray, label: str) -> str:
         ent = (a[m, 3] - a[m, 4]) / 1e3
         rel = f"{np.median(g):.2f}" if g else "-"
         label_k = kind + (", LayerNorm" if key[2] & 1 else "")
+        sp = np.array(spans.get(key, [(np.nan, 0)]))
         lines.append(f"   grid {key[0]}x{key[1]}, {key[2] // 2} threads ({label_k}, {m.sum()} blocks): release {rel}, "
-                     f"entry p50 {np.percentile(ent, 50):.2f}; " + "  ".join(cells))
+                     f"entry p50 {np.percentile(ent, 50):.2f}; " + "  ".join(cells)
+                     + f"; span {np.median(sp[:, 0]):.2f} (first wait -> last end, p50), last block on a shared SM "
+                       f"in {100 * sp[:, 1].mean():.0f}% of launches")
     return "\n".join(lines)
 
 
