@@ -148,10 +148,13 @@ def report(a: np.ndarray, label: str) -> str:
     a, gx, gy, bd = a[order], gx[order], gy[order], bd[order]
     cut = np.flatnonzero((np.diff(a[:, 0]) != 0) | (np.diff(a[:, 4]) > 500)) + 1
     inst = np.split(np.arange(len(a)), cut)
-    gaps, spans, prev_end = {}, {}, None
+    gaps, spans, launches, prev_end = {}, {}, {}, None
+    since_attn = 0  # launches since the last attention (or embedding): GEMVs of one grid apart (balanced builds)
     for idx in inst:
-        key = (int(gx[idx[0]]), int(gy[idx[0]]), int(bd[idx[0]]))
+        since_attn = 0 if gy[idx[0]] > 1 or gx[idx[0]] == 1 else since_attn + 1  # also from the embedding
+        key = (int(gx[idx[0]]), int(gy[idx[0]]), int(bd[idx[0]]), since_attn if gx[idx[0]] > 1 else 0)
         gaps.setdefault(key, [])
+        launches.setdefault(key, []).append(idx)
         if prev_end is not None:
             gaps[key].append((a[idx, 4].min() - prev_end) / 1e3)
         ends = a[idx, 14][a[idx, 14] > 0]
@@ -164,7 +167,9 @@ def report(a: np.ndarray, label: str) -> str:
              "   us after the block's own wait: p50/p90 over blocks and layers; 'release' = the kernel before's "
              "last block end -> this kernel's first wait release (p50)"]
     for key, g in gaps.items():
-        m = (gx == key[0]) & (gy == key[1]) & (bd == key[2])
+        m = np.zeros(len(a), bool)
+        for idx in launches[key]:
+            m[idx] = True
         kind = "attention" if key[1] > 1 else "gemv" if key[0] > 1 else "other"
         cells = []
         for name, col in POINTS[kind]:
@@ -174,7 +179,7 @@ def report(a: np.ndarray, label: str) -> str:
                 cells.append(f"{name} {np.percentile(d, 50):.2f}/{np.percentile(d, 90):.2f}")
         ent = (a[m, 3] - a[m, 4]) / 1e3
         rel = f"{np.median(g):.2f}" if g else "-"
-        label_k = kind + (", LayerNorm" if key[2] & 1 else "")
+        label_k = kind + (", LayerNorm" if key[2] & 1 else "") + (f", #{key[3]} after attention" if key[3] else "")
         sp = np.array(spans.get(key, [(np.nan, 0)]))
         lines.append(f"   grid {key[0]}x{key[1]}, {key[2] // 2} threads ({label_k}, {m.sum()} blocks): release {rel}, "
                      f"entry p50 {np.percentile(ent, 50):.2f}; " + "  ".join(cells)
@@ -189,7 +194,13 @@ def main():
     ap.add_argument("--cases", default="bf16:1,fp32:1", help="precision:batch pairs (batch 1 has the LayerNorm stamps)")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--save", default=None, metavar="PREFIX", help="also write the raw records as PREFIX_<case>.npy")
+    ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
+                    help="an extra #define of the nt GEMVs (cuda_linear.NT_DEFINES, an A/B switch); may repeat")
     a = ap.parse_args()
+    if a.define:
+        from gpt2block.backends import cuda_linear
+
+        cuda_linear.NT_DEFINES = tuple((d.split("=", 1)[0], int(d.split("=", 1)[1])) for d in a.define)
     cuda_modules.read_source = stamped_source  # before any kernel is built
     w = ModelWeights.random(SIZES[a.size], seed=0)
     rng = np.random.default_rng(0)

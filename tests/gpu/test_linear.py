@@ -293,6 +293,73 @@ def test_gemv_accuracy(checks, case):
     assert res.ok, res.line()
 
 
+# The balanced one-token bf16 build (kernels/gemv.cu, gemv_nt_body's BAL; gpt2's width uses it for its
+# LayerNorm products by default) forced on for every product with an epilogue, at other shapes: groups with
+# no row (N below the grid's groups), several passes of ROWS per group (N far above), K split across warps
+# (wpr > 1) with unequal groups, K past what a lane loads before its wait (wpr capped at 8), a row mean in
+# the thousands, in place.
+BALANCED_CASES = [
+    dict(wdtype="bf16", m=1, k=104, n=37, nt=True, epilogue="bias_gelu"),
+    dict(wdtype="bf16", m=1, k=104, n=37, nt=True, epilogue="bias_gelu", ln=True),
+    dict(wdtype="bf16", m=1, k=768, n=100, nt=True, epilogue="bias_residual"),
+    dict(wdtype="bf16", m=1, k=768, n=2304, nt=True, epilogue="bias", ln=True),
+    dict(wdtype="bf16", m=1, k=768, n=768, nt=True, epilogue="bias_residual", inplace=True),
+    dict(wdtype="bf16", m=1, k=1600, n=6400, nt=True, epilogue="bias_gelu", ln=True),
+    dict(wdtype="bf16", m=1, k=1024, n=3072, nt=True, epilogue="bias", ln=True, ln_mean=3000.0),
+    dict(wdtype="bf16", m=1, k=6400, n=1600, nt=True, epilogue="bias_residual", inplace=True),
+    dict(wdtype="bf16", m=1, k=3072, n=770, nt=True, epilogue="bias_residual"),
+    dict(wdtype="bf16", m=1, k=16384, n=96, nt=True, epilogue="bias"),
+    dict(wdtype="bf16", m=1, k=768, n=50257, nt=True, epilogue="bias", ln=True),
+]
+
+
+@pytest.mark.parametrize("case", BALANCED_CASES, ids=[_case_id(c) for c in BALANCED_CASES])
+def test_gemv_nt_balanced_accuracy(checks, monkeypatch, case):
+    L = checks.L
+    monkeypatch.setattr(L, "NT_DEFINES", (("GEMV_NT_ROWS_M1_BF16", 4), ("GEMV_NT_BALANCED_M1_BF16", 2)))
+    d = L._gemv_nt_defines(case["n"], case["k"], 1, True)
+    assert L._gemv_nt_balanced(1, True, True, bool(case.get("ln")), d) == 3
+    res = checks.gemv_case(seed=zlib.crc32(_case_id(case).encode()), **case)
+    assert res.ok, res.line()
+
+
+def test_gemv_nt_balanced_plan(checks):
+    """gpt2's width takes the balanced build for its LayerNorm products (one block per SM, K slices of at
+    most 768 bf16 per warp), not for the projections, the LM head, other widths or token counts; and its
+    result is the strided build's within rounding (the same sums, the rows split differently)."""
+    import cupy as cp
+
+    L = checks.L
+    sms = L.sm_count()
+    for n, k in ((2304, 768), (3072, 768)):
+        d = L._gemv_nt_defines(n, k, 1, True)
+        assert L._gemv_nt_balanced(1, True, True, True, d) == 3
+        assert L.gemv_nt_plan(n, k, 8, 1, True, False, defines=d, epilogue=True, ln=True) == (1, sms)
+    for n, k in ((768, 768), (768, 3072)):
+        assert L._gemv_nt_balanced(1, True, True, False, L._gemv_nt_defines(n, k, 1, True)) == 0
+    assert L._gemv_nt_balanced(1, True, False, True, L._gemv_nt_defines(50257, 768, 1, True)) == 0
+    assert L._gemv_nt_balanced(1, True, True, True, L._gemv_nt_defines(3072, 1024, 1, True)) == 0
+    assert L._gemv_nt_balanced(2, True, True, True, L._gemv_nt_defines(2304, 768, 2, True)) == 0
+    assert L._gemv_nt_balanced(1, False, True, True, L._gemv_nt_defines(2304, 768, 1, False)) == 0
+    rng = cp.random.default_rng()
+    x = rng.standard_normal((1, 768), dtype=cp.float32) + 3.0
+    w = L.to_bf16_bits(rng.standard_normal((2304, 768), dtype=cp.float32) * 0.02)
+    bias = rng.standard_normal(2304, dtype=cp.float32) * 0.02
+    g = rng.uniform(0.8, 1.2, 768, dtype=cp.float32)
+    b = rng.standard_normal(768, dtype=cp.float32) * 0.1
+    got = cp.full((1, 2304), cp.nan, cp.float32)
+    L.gemv_nt(x, w, got, bias=bias, epilogue="bias", ln=(g, b, 1e-5))
+    saved = L.NT_DEFINES
+    try:
+        L.NT_DEFINES = (("GEMV_NT_BALANCED_M1_BF16", 0),)
+        want = cp.full((1, 2304), cp.nan, cp.float32)
+        L.gemv_nt(x, w, want, bias=bias, epilogue="bias", ln=(g, b, 1e-5))
+    finally:
+        L.NT_DEFINES = saved
+    assert not cp.isnan(got).any()
+    cp.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("variant", ["tf32x3", "tf32"])
 def test_gemm_repeats_bit_for_bit(checks, variant):
     assert checks.gemm_repeat_case(variant)
