@@ -264,16 +264,6 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 #ifndef GEMV_NT_MIN_BLOCKS_M1_BF16
 #define GEMV_NT_MIN_BLOCKS_M1_BF16 GEMV_NT_MIN_BLOCKS  // the same (cuda_linear sets it by width)
 #endif
-#ifndef GEMV_NT_BALANCED_M1_BF16
-#define GEMV_NT_BALANCED_M1_BF16 0  // one bf16 token's layer products over balanced rows (gemv_nt_body's BAL):
-                                    // 1 those with the LayerNorm (ln_1 + QKV, ln_2 + FC), 2 every one with
-                                    // an epilogue (the projections too: measured slower, version 26);
-                                    // cuda_linear sets it by width
-#endif
-#ifndef GEMV_NT_UNROLL_M1_BAL
-#define GEMV_NT_UNROLL_M1_BAL 3  // the balanced build's 16-byte chunks per row per lane in flight: all of
-                                 // a warp's K slice (wpr * 256 * 3 >= K) before pdl_wait at D = 768
-#endif
 #ifndef GEMV_NT_MIN_BLOCKS_M1_F32
 #define GEMV_NT_MIN_BLOCKS_M1_F32 3  // the same for one token of float32 weights (cuda_linear sets 4 at
                                      // some widths: GEMV_NT_M1_F32_BLOCKS_BY_WIDTH)
@@ -317,12 +307,12 @@ struct GemvNt {
 #ifndef GEMV_LM_PIN_BYTES_F32
 #define GEMV_LM_PIN_BYTES_F32 0ll
 #endif
-// Which of the LM head's rows are kept: 0 the first PIN bytes of rows; 1 as many row groups (ROWS rows),
-// spread evenly over all of them (group g kept where floor((g + 1) P / G) > floor(g P / G), P of G kept),
-// so that every pass of the grid over the rows reads part from the L2 and part from HBM, instead of the
-// first passes from the L2 alone while HBM waits.
+// Which of the LM head's rows are kept: 0 the first PIN bytes of rows (version 23); 1 as many row groups
+// (ROWS rows), spread evenly over all of them (group g kept where floor((g + 1) P / G) > floor(g P / G),
+// P of G kept), so that every pass of the grid over the rows reads part from the L2 and part from HBM,
+// instead of the first passes from the L2 alone while HBM waits. gpt2 bf16 b1 +0.3% (version 26).
 #ifndef GEMV_LM_PIN_SPREAD
-#define GEMV_LM_PIN_SPREAD 0
+#define GEMV_LM_PIN_SPREAD 1
 #endif
 __device__ __forceinline__ bool gemv_lm_keep(long long pin_bytes, int n0, int rows, int N, int K, int wbytes) {
     if (!GEMV_LM_PIN_SPREAD) return pin_bytes > (long long)n0 * K * wbytes;
@@ -538,13 +528,8 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     typedef GemvNt<MP, BF16, LN && EPI == GEMV_EPI_NONE> Build;
     constexpr int ROWS = Build::ROWS;  // weight rows per warp at a time
     constexpr int STEP = 32 * CPT;  // K covered by one chunk of every lane
-    // BAL (one bf16 token's layer products, GEMV_NT_BALANCED_M1_BF16): the row groups of the whole grid
-    // share the N rows evenly, group i taking rows [i N / G, (i + 1) N / G) (G the grid's groups), in
-    // passes of ROWS; launched one block per SM, every SM gets N / SMs rows (+-1) instead of some SMs
-    // two blocks' rows. Otherwise row groups of ROWS rows go round the grid (the LM head's many).
-    constexpr bool BAL = MP == 1 && BF16 && EPI != GEMV_EPI_NONE && GEMV_NT_BALANCED_M1_BF16 >= (LN ? 1 : 2);
     // float32 weights: 2 chunks in flight from 3 tokens on, whose activations take the registers
-    constexpr int UNROLL = BAL ? GEMV_NT_UNROLL_M1_BAL : Build::UNROLL;
+    constexpr int UNROLL = Build::UNROLL;
     // Tokens in blocks of MB (32 registers of activations: 8 float32 pieces, 4 bf16), each block's
     // loads issued together before its FMAs. Rows past M - 1 repeat row M - 1 (their sums are
     // formed and never stored), so that no load waits behind a branch on M.
@@ -565,28 +550,17 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     const typename GemvW<BF16>::T* wrow[ROWS];
     constexpr bool POLICY = GEMV_W_POLICY && MP == 1;
     unsigned long long wpol = 0;  // POLICY: this row group's L2 eviction policy (l2_policy)
-    // The group's rows and passes. Strided: rows n_blk + ROWS group, n_blk = first, first + the grid's
-    // rows, ... below N. BAL: rows [g_lo, g_hi) in passes from g_lo; every group of the grid makes as
-    // many passes as the largest group needs, so that the block's barriers (wpr > 1) meet.
-    const int groups_blk = GEMV_NT_WARPS / wpr;
-    const long long g_all = (long long)gridDim.x * groups_blk;
-    const long long g_id = (long long)blockIdx.x * groups_blk + group;
-    const int g_lo = BAL ? (int)(g_id * N / g_all) : 0;
-    const int g_hi = BAL ? (int)((g_id + 1) * N / g_all) : N;  // rows at or past it are not this group's
-    int n_ok = ROWS;  // BAL: the rows of this pass that are the group's (the rest are not loaded)
     auto load_batch = [&](int k0) {
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             const int k = k0 + u * STEP;
             if (k < k_hi) {
 #pragma unroll
-                for (int r = 0; r < ROWS; ++r)
-                    if (!BAL || r < n_ok) wv[u][r] = Raw::template load<POLICY>(wrow[r] + k, wpol);
+                for (int r = 0; r < ROWS; ++r) wv[u][r] = Raw::template load<POLICY>(wrow[r] + k, wpol);
             }
         }
     };
     auto set_rows = [&](int n0) {
-        if (BAL) n_ok = g_hi - n0;
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) wrow[r] = w + (long long)min(n0 + r, N - 1) * K;  // >= N: unused
         if (POLICY)
@@ -607,19 +581,15 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     const bool e_own = lane % LPR == 0;  // the lane that stores its row (every one without HALVE)
     float e_bias = 0.0f, e_res = 0.0f;
     auto epi_bias = [&](int n0) {
-        if (EPI != GEMV_EPI_NONE && e_r < ROWS && n0 + e_r < g_hi) e_bias = ld_pre_wait(bias + n0 + e_r);
+        if (EPI != GEMV_EPI_NONE && e_r < ROWS && n0 + e_r < N) e_bias = ld_pre_wait(bias + n0 + e_r);
     };
     auto epi_res = [&](int n0) {
-        if (EPI == GEMV_EPI_RESIDUAL && slice == 0 && e_r < ROWS && e_m < M && n0 + e_r < g_hi)
+        if (EPI == GEMV_EPI_RESIDUAL && slice == 0 && e_r < ROWS && e_m < M && n0 + e_r < N)
             e_res = R[(long long)e_m * N + n0 + e_r];
     };
 
     pdl_trigger();
-    // the first pass's first row of this group, the row step between passes, and the passes
-    const int first = BAL ? g_lo - group * ROWS : blockIdx.x * rows_blk;  // n0 = first + group * ROWS
-    const int pass_rows = BAL ? ROWS : gridDim.x * rows_blk;
-    const int passes = BAL ? (int)(((N + g_all - 1) / g_all + ROWS - 1) / ROWS)
-                           : (N - first + pass_rows - 1) / pass_rows;  // the same in every warp of the block
+    const int first = blockIdx.x * rows_blk;
     set_rows(first + group * ROWS);
     load_batch(k_lo + lane * CPT);  // weights only: before the wait
     epi_bias(first + group * ROWS);
@@ -637,9 +607,9 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
 
     float best_v = NEG_INF_F32;  // ARGMAX: the best of this lane's stored outputs (token e_m)
     int best_i = ARGMAX_NONE;
-    for (int pass = 0, n_blk = first; pass < passes; ++pass, n_blk += pass_rows) {
+    for (int n_blk = first; n_blk < N; n_blk += gridDim.x * rows_blk) {  // the same trip count in every warp
         const int n0 = n_blk + group * ROWS;
-        if (pass != 0) {
+        if (n_blk != first) {
             set_rows(n0);
             load_batch(k_lo + lane * CPT);
             epi_bias(n0);
@@ -714,7 +684,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             __syncthreads();  // red is reused by the next row group
         }
         const int n = n0 + e_r;
-        if (slice == 0 && e_own && e_r < ROWS && e_m < M && n < g_hi) {
+        if (slice == 0 && e_own && e_r < ROWS && e_m < M && n < N) {
             const float v = EPI == GEMV_EPI_NONE ? mine : gemv_epi_apply<EPI>(mine, e_bias, e_res);
             y[(long long)e_m * N + n] = v;
             if (ARGMAX && argmax_better(v, n, best_v, best_i)) { best_v = v; best_i = n; }

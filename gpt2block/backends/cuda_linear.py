@@ -420,8 +420,7 @@ _GEMV_NT_THREADS = 256  # GEMV_NT_THREADS
 # the LM head apart) and the resident blocks per SM that the registers allow (3; 2 at 4 rows; one
 # float32 token has its own knob, 3 or 4 by width, below); more rows loop in a warp
 _GEMV_NT_DEFAULTS = {"GEMV_NT_ROWS": 2, "GEMV_NT_ROWS_M8_F32": 2, "GEMV_NT_ROWS_M8_LM": 4, "GEMV_NT_ROWS_M8_BF16": 4,
-                     "GEMV_NT_MIN_BLOCKS": 3, "GEMV_NT_MIN_BLOCKS_M1_F32": 3,
-                     "GEMV_NT_BALANCED_M1_BF16": 0, "GEMV_NT_UNROLL_M1_BAL": 3}
+                     "GEMV_NT_MIN_BLOCKS": 3, "GEMV_NT_MIN_BLOCKS_M1_F32": 3}
 # (GEMV_NT_ROWS_M1_BF16 and GEMV_NT_MIN_BLOCKS_M1_BF16 default to GEMV_NT_ROWS and GEMV_NT_MIN_BLOCKS)
 NT_DEFINES: tuple = ()  # extra #defines of the nt kernels (tuning runs: GEMV_NT_UNROLL, GEMV_NT_MIN_BLOCKS)
 # One float32 token: resident blocks per SM (the registers' bound, GEMV_NT_MIN_BLOCKS_M1_F32) by the
@@ -433,10 +432,7 @@ NT_DEFINES: tuple = ()  # extra #defines of the nt kernels (tuning runs: GEMV_NT
 GEMV_NT_M1_F32_BLOCKS_BY_WIDTH = {1024: 4, 1600: 4}
 # One bf16 token likewise: its build's #defines by width (version 18, b1 tok/s: gpt2 5,280 -> 5,460 with 4
 # rows per warp (2 blocks per SM), medium 2,167 -> 2,369 with 4 blocks per SM; large best as it was).
-# Version 26: at gpt2's width the LayerNorm products (ln_1 + QKV, ln_2 + FC) share their rows evenly over
-# one block per SM (GEMV_NT_BALANCED_M1_BF16 1; gemv_nt_plan).
-GEMV_NT_M1_BF16_BY_WIDTH = {768: (("GEMV_NT_ROWS_M1_BF16", 4), ("GEMV_NT_BALANCED_M1_BF16", 1)),
-                            1024: (("GEMV_NT_MIN_BLOCKS_M1_BF16", 4),)}
+GEMV_NT_M1_BF16_BY_WIDTH = {768: (("GEMV_NT_ROWS_M1_BF16", 4),), 1024: (("GEMV_NT_MIN_BLOCKS_M1_BF16", 4),)}
 _GEMV_BLOCKS_PER_SM = 4  # split-K target: about this many blocks per SM
 _workspaces: dict = {}
 
@@ -602,7 +598,7 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
             + f"_m{mp}")
     defines = _gemv_nt_defines(n, k, mp, w.dtype != np.float32)
     wpr, grid = gemv_nt_plan(n, k, cpt, mp, w.dtype != np.float32, ln is not None and epilogue is None,
-                             defines=defines, epilogue=epilogue is not None, ln=ln is not None)
+                             defines=defines)
     args = (x, w, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _NULL if g is None else g, _NULL if b is None else b,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps), np.int32(wpr)) + kv_args
@@ -664,35 +660,15 @@ def _gemv_nt_build(mp: int, bf16: bool, lm_head: bool, defines: tuple | None = N
     return rows, per_sm
 
 
-def _gemv_nt_balanced(mp: int, bf16: bool, epilogue: bool, ln: bool, defines: tuple) -> int:
-    """The 16-byte chunks per row per lane of the balanced build (kernels/gemv.cu, gemv_nt_body's BAL: one
-    bf16 token, an epilogue, GEMV_NT_BALANCED_M1_BF16 1 with the LayerNorm or 2), or 0 where the build is
-    not balanced."""
-    d = {**_GEMV_NT_DEFAULTS, **dict(defines)}
-    on = mp == 1 and bf16 and epilogue and int(d["GEMV_NT_BALANCED_M1_BF16"]) >= (1 if ln else 2)
-    return int(d["GEMV_NT_UNROLL_M1_BAL"]) if on else 0
-
-
 def gemv_nt_plan(n: int, k: int, cpt: int, mp: int = 1, bf16: bool = False, lm_head: bool = False,
-                 sms: int | None = None, defines: tuple | None = None, epilogue: bool = False,
-                 ln: bool = False) -> tuple[int, int]:
-    """(wpr, grid) of an nt GEMV build (mp tokens, bf16 weights or not, the LM head's or not, with an
-    epilogue or not, the LayerNorm or not; its defines, by default _gemv_nt_defines'): the warps per row
-    group (they split K) and the blocks. The fewest warps per row group that still give every SM two blocks, while each warp
-    keeps at least one 16-byte chunk per lane of K; blocks beyond what stays resident loop. The balanced
-    build (_gemv_nt_balanced): one block per SM, and the fewest warps per row group whose K slices fit
-    the chunks a lane loads before its wait (wpr * 32 * cpt * unroll >= K, wpr at most 8); the kernel
-    shares the rows among the grid's groups."""
+                 sms: int | None = None, defines: tuple | None = None) -> tuple[int, int]:
+    """(wpr, grid) of an nt GEMV build (mp tokens, bf16 weights or not, the LM head's or not; its
+    defines, by default _gemv_nt_defines'): the warps per row group (they split K) and the blocks.
+    The fewest warps per row group that still give every SM two blocks, while each warp keeps at
+    least one 16-byte chunk per lane of K; blocks beyond what stays resident loop."""
     sms = sm_count() if sms is None else sms
-    defines = _gemv_nt_defines(n, k, mp, bf16) if defines is None else defines
-    rows, per_sm = _gemv_nt_build(mp, bf16, lm_head, defines)
+    rows, per_sm = _gemv_nt_build(mp, bf16, lm_head, _gemv_nt_defines(n, k, mp, bf16) if defines is None else defines)
     warps = _GEMV_NT_THREADS // 32
-    unroll = _gemv_nt_balanced(mp, bf16, epilogue, ln, defines)
-    if unroll:
-        wpr = 1
-        while wpr < warps and wpr * 32 * cpt * unroll < k:
-            wpr *= 2
-        return wpr, sms
     wpr = 1
     while (wpr < warps and -(-n // (rows * warps // wpr)) < 2 * sms
            and k // (2 * wpr) >= 32 * cpt):
