@@ -518,3 +518,169 @@ def test_lm_head_argmax_bad_arguments(checks):
         L.gemv_nt(x1, w, out1, ln=ln, argmax=(ids1, cp.zeros((4, 3), cp.int32), None))
     with pytest.raises(ValueError, match="argmax host_out must be"):
         L.gemv_nt(x1, w, out1, ln=ln, argmax=(ids1, None, cp.zeros(1, cp.int32)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The one-token chain (gemv_nt's ``chain``; kernels/gemv.cu's GemvChain): the residual stream from the
+# FC kernel to the next LayerNorm in fixed point, int64 counts of 2^-32.
+
+def _fix(v):
+    """gemv_fix_from on the host: round(v * 2^32) half to even, as __double2ll_rn."""
+    import numpy as np
+
+    return np.rint(np.asarray(v, np.float64) * 2.0**32).astype(np.int64)
+
+
+def _chain_data(L, wdtype, n, k, rng):
+    import cupy as cp
+
+    w = rng.standard_normal((n, k), dtype=cp.float32) * 0.02
+    if wdtype == "bf16":
+        w = L.to_bf16_bits(w)
+    bias = rng.standard_normal(n, dtype=cp.float32) * 0.02
+    return w, bias
+
+
+@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
+@pytest.mark.parametrize("d", [768, 1600, 104])
+def test_gemv_nt_chain_acc(checks, wdtype, d):
+    """The attention projection's 'acc': out bit-equal to the plain kernel's, and acc = fix(out) +
+    fix(acc_bias) exactly, every entry written (acc poisoned first)."""
+    import cupy as cp
+    import numpy as np
+
+    L = checks.L
+    rng = cp.random.default_rng()
+    w, bias = _chain_data(L, wdtype, d, d, rng)
+    x = rng.standard_normal((1, d), dtype=cp.float32)
+    r = rng.standard_normal((1, d), dtype=cp.float32) * 30.0
+    b2 = rng.standard_normal(d, dtype=cp.float32) * 0.02
+    acc = cp.full(d, -12345, cp.int64)
+    got, want = cp.full((1, d), cp.nan, cp.float32), cp.full((1, d), cp.nan, cp.float32)
+    L.gemv_nt(x, w, got, bias=bias, epilogue="bias_residual", residual=r, chain=("acc", acc, b2))
+    L.gemv_nt(x, w, want, bias=bias, epilogue="bias_residual", residual=r)
+    assert cp.array_equal(got.view(cp.uint32), want.view(cp.uint32))
+    np.testing.assert_array_equal(cp.asnumpy(acc), _fix(cp.asnumpy(got)[0]) + _fix(cp.asnumpy(b2)))
+
+
+@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
+@pytest.mark.parametrize("d", [768, 1024, 1280, 1600, 104])
+def test_gemv_nt_chain_proj(checks, wdtype, d):
+    """The FC kernel's 'proj': out (the GELU values) bit-equal to the plain kernel's, and acc + out @ wp
+    (the MLP projection, added into acc in fixed point by clusters of blocks) within twice torch fp32's
+    error against float64, bit-equal when run again (the clusters' sums meet in any order)."""
+    import cupy as cp
+    import numpy as np
+    import torch
+
+    L = checks.L
+    rng = cp.random.default_rng()
+    n = 4 * d
+    w, bias = _chain_data(L, wdtype, n, d, rng)
+    wp, _ = _chain_data(L, wdtype, n, d, rng)  # [4D, D], the MLP projection as stored
+    x = rng.standard_normal((1, d), dtype=cp.float32) + 3.0
+    g = rng.uniform(0.8, 1.2, d, dtype=cp.float32)
+    b = rng.standard_normal(d, dtype=cp.float32) * 0.1
+    x1 = rng.standard_normal(d, dtype=cp.float32) * 20.0  # acc's start: x1 + b_proj
+    acc0 = cp.asarray(_fix(cp.asnumpy(x1)))
+    runs = []
+    for _ in range(2):
+        acc = acc0.copy()
+        got = cp.full((1, n), cp.nan, cp.float32)
+        L.gemv_nt(x, w, got, bias=bias, epilogue="bias_gelu", ln=(g, b, 1e-5), chain=("proj", wp, acc))
+        runs.append((got, acc))
+    want = cp.full((1, n), cp.nan, cp.float32)
+    L.gemv_nt(x, w, want, bias=bias, epilogue="bias_gelu", ln=(g, b, 1e-5))
+    assert cp.array_equal(runs[0][0].view(cp.uint32), want.view(cp.uint32))
+    assert cp.array_equal(runs[0][1], runs[1][1]), "the fixed-point sums differ between two runs"
+    ours = torch.as_tensor(cp.asnumpy(runs[0][1]).astype(np.float64) / 2.0**32).cuda()
+    wpf = L.from_bf16_bits(wp) if wdtype == "bf16" else wp
+    f = torch.as_tensor(cp.asnumpy(runs[0][0])).cuda()
+    wpt = torch.as_tensor(cp.asnumpy(wpf)).cuda()
+    x1t = torch.as_tensor(cp.asnumpy(acc0).astype(np.float64) / 2.0**32).cuda()
+    ref64 = x1t + (f.double() @ wpt.double())[0]
+    peer = x1t.float() + (f @ wpt)[0]
+    res = checks.judge(f"chain proj {wdtype} D={d}", ours, ref64, peer, "fp32")
+    print(res.line())
+    assert res.ok, res.line()
+
+
+@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
+@pytest.mark.parametrize("d", [768, 1600, 104])
+def test_gemv_nt_chain_fix(checks, wdtype, d):
+    """'fix': the LayerNorm reads acc; out (ln_1 + QKV with the K / V store, and ln_f + the LM head with
+    its argmax) bit-equal to the plain kernels on x = float(acc), which x_out gets bit for bit; values
+    past 2^22 or non-finite (stored as GEMV_FIX_BAD) come back as NaN."""
+    import cupy as cp
+    import numpy as np
+
+    L = checks.L
+    rng = cp.random.default_rng()
+    xs = (rng.standard_normal(d, dtype=cp.float32) * 3.0 + 2000.0).astype(cp.float32)
+    xs[:3] *= 1.5
+    acc = cp.asarray(_fix(cp.asnumpy(xs)))
+    x_plain = cp.asarray((cp.asnumpy(acc).astype(np.float64) / 2.0**32).astype(np.float32)).reshape(1, d)
+    g = rng.uniform(0.8, 1.2, d, dtype=cp.float32)
+    b = rng.standard_normal(d, dtype=cp.float32) * 0.1
+    w, bias = _chain_data(L, wdtype, 3 * d, d, rng)
+    kv_a, kv_b = (cp.full((2, 2, d), cp.nan, cp.float32) for _ in range(2))
+    seq, pos = cp.zeros(1, cp.int32), cp.ones(1, cp.int32)
+    x_out = cp.full((1, d), cp.nan, cp.float32)
+    got, want = cp.full((1, 3 * d), cp.nan, cp.float32), cp.full((1, 3 * d), cp.nan, cp.float32)
+    L.gemv_nt(x_out, w, got, bias=bias, epilogue="bias", ln=(g, b, 1e-5),
+              kv=(seq, pos, kv_a[0], kv_a[1], 4 * d), chain=("fix", acc, x_out))
+    L.gemv_nt(x_plain, w, want, bias=bias, epilogue="bias", ln=(g, b, 1e-5), kv=(seq, pos, kv_b[0], kv_b[1], 4 * d))
+    assert cp.array_equal(x_out.view(cp.uint32), x_plain.view(cp.uint32))
+    assert cp.array_equal(got.view(cp.uint32), want.view(cp.uint32))
+    assert cp.array_equal(cp.nan_to_num(kv_a, nan=7.0), cp.nan_to_num(kv_b, nan=7.0))
+    # ln_f + the LM head and its argmax
+    wl, _ = _chain_data(L, wdtype, 1000, d, rng)
+    ids_a, ids_b = cp.full(1, -1, cp.int32), cp.full(1, -1, cp.int32)
+    la, lb = cp.full((1, 1000), cp.nan, cp.float32), cp.full((1, 1000), cp.nan, cp.float32)
+    x_out.fill(cp.nan)
+    L.gemv_nt(x_out, wl, la, ln=(g, b, 1e-5), argmax=(ids_a, None, None), chain=("fix", acc, x_out))
+    L.gemv_nt(x_plain, wl, lb, ln=(g, b, 1e-5), argmax=(ids_b, None, None))
+    assert cp.array_equal(la.view(cp.uint32), lb.view(cp.uint32)) and int(ids_a[0]) == int(ids_b[0])
+    # out of range and non-finite values read back as NaN
+    bad = acc.copy()
+    bad[5] = 1 << 56
+    bad[7] = (1 << 56) * 3 - 12345
+    L.gemv_nt(x_out, w, got, bias=bias, epilogue="bias", ln=(g, b, 1e-5), chain=("fix", bad, x_out))
+    xo = cp.asnumpy(x_out)[0]
+    assert np.isnan(xo[[5, 7]]).all() and np.isfinite(np.delete(xo, [5, 7])).all()
+
+
+def test_gemv_nt_chain_bad_arguments(checks):
+    import cupy as cp
+
+    L = checks.L
+    d = 64
+    x = cp.zeros((1, d), cp.float32)
+    w = cp.zeros((d, d), cp.float32)
+    bias = cp.zeros(d, cp.float32)
+    out = cp.zeros((1, d), cp.float32)
+    acc = cp.zeros(d, cp.int64)
+    ln = (cp.ones(d, cp.float32), cp.zeros(d, cp.float32), 1e-5)
+    with pytest.raises(ValueError, match="chain must be"):
+        L.gemv_nt(x, w, out, bias=bias, epilogue="bias_residual", residual=out, chain=("sum", acc, bias))
+    with pytest.raises(ValueError, match="one token"):
+        L.gemv_nt(cp.zeros((2, d), cp.float32), w, cp.zeros((2, d), cp.float32), bias=bias,
+                  epilogue="bias_residual", residual=cp.zeros((2, d), cp.float32), chain=("acc", acc, bias))
+    with pytest.raises(ValueError, match="follows epilogue 'bias_residual'"):
+        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", chain=("acc", acc, bias))
+    with pytest.raises(ValueError, match="chain acc must be int64"):
+        L.gemv_nt(x, w, out, bias=bias, epilogue="bias_residual", residual=out,
+                  chain=("acc", cp.zeros(d, cp.float64), bias))
+    with pytest.raises(ValueError, match="needs ln and epilogue 'bias_gelu'"):
+        L.gemv_nt(x, w, out, bias=bias, epilogue="bias_gelu", chain=("proj", w, acc))
+    with pytest.raises(ValueError, match=r"chain wp must be \[64, D\]"):
+        L.gemv_nt(x, w, out, bias=bias, epilogue="bias_gelu", ln=ln, chain=("proj", L.to_bf16_bits(w), acc))
+    with pytest.raises(ValueError, match="chain acc must have shape"):
+        L.gemv_nt(x, w, out, bias=bias, epilogue="bias_gelu", ln=ln, chain=("proj", w, cp.zeros(3, cp.int64)))
+    with pytest.raises(ValueError, match="'fix' is the LayerNorm's input"):
+        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", chain=("fix", acc, x))
+    with pytest.raises(ValueError, match="chain x_out must have shape"):
+        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, chain=("fix", acc, cp.zeros((1, 8), cp.float32)))
+    with pytest.raises(ValueError, match="chain acc overlaps acc_bias"):
+        L.gemv_nt(x, w, out, bias=bias, epilogue="bias_residual", residual=out,
+                  chain=("acc", acc, acc.view(cp.float32)[:d]))
