@@ -283,34 +283,3 @@ __device__ __forceinline__ void unpack16(const uint4& v, float (&w)[8]) {
         w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
     }
 }
-
-// Cluster barrier halves and a store into another block's shared memory (sm_90; kernels that use
-// them run clusters only there: attention_decode_f32, gemv.cu's FC + MLP projection).
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_arrive_release() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_wait_acquire() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
-// *p = v, where p is this block's shared address of a variable and the store goes to the same
-// variable of the cluster's block `rank`.
-__device__ __forceinline__ void st_cluster_f32(float* p, int rank, float v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const unsigned local = (unsigned)__cvta_generic_to_shared(p);
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
-    asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
-#else
-    *p = v;
-#endif
-}
-

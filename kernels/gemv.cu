@@ -401,23 +401,6 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
     __syncthreads();
 }
 
-// The one-token chain (bf16 or float32 weights, one token: gemv_*_nt_*_{acc,proj,fix}_m1) carries the
-// residual stream from the FC kernel to the next layer's ln_1 + QKV (or ln_f + the LM head) in fixed
-// point: int64 counts of 2^-32. The attention projection writes x1 and also acc = fix(x1) + fix(b_proj);
-// the FC kernel's blocks multiply their GELU outputs by the matching rows of W_proj and add the partial
-// sums into acc (the MLP projection, no kernel of its own); the next LayerNorm reads acc. Integer adds
-// are associative, so the blocks may add in any order and the sum repeats bit for bit. |v| < 2^22 is
-// kept to within 2^-33; a larger or non-finite value is stored as GEMV_FIX_BAD, and any sum that holds
-// one (|sum| >= 2^55) reads back as NaN. Fewer than 2^6 terms meet in one sum, so nothing wraps.
-#define GEMV_FIX_ONE 4294967296.0  // 2^32
-#define GEMV_FIX_BAD (1ll << 56)
-__device__ __forceinline__ long long gemv_fix_from(float v) {
-    return fabsf(v) < 4194304.0f ? __double2ll_rn((double)v * GEMV_FIX_ONE) : GEMV_FIX_BAD;
-}
-__device__ __forceinline__ float gemv_fix_to(long long a) {
-    return a < (1ll << 55) && a > -(1ll << 55) ? (float)((double)a * (1.0 / GEMV_FIX_ONE)) : __int_as_float(0x7fc00000);
-}
-
 // One token (the _m1 builds): the whole block shares the row instead of one warp. Thread t copies pieces
 // t, t + 256, ... of x into xs (cp.async) and adds their float64 sums; each warp's sums go to shared
 // memory, every thread adds the GEMV_NT_WARPS of them in warp order (so every thread forms the same
@@ -428,33 +411,16 @@ __device__ __forceinline__ float gemv_fix_to(long long a) {
 #ifndef GEMV_LN_BLOCK_M1
 #define GEMV_LN_BLOCK_M1 1  // 0: one warp per row at one token as well (for measuring)
 #endif
-template <bool FIX = false>
 __device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, const float* gbs, float* xs, int K,
-                                                  float eps, const long long* __restrict__ x_fix = nullptr,
-                                                  float* x_out = nullptr, long long* fix_s = nullptr) {
+                                                  float eps) {
     __shared__ double part[GEMV_NT_WARPS][2];  // each warp's sum and sum of squares
     const int tid = threadIdx.x, warp = tid >> 5, K4 = K >> 2;
     float4* xs4 = reinterpret_cast<float4*>(xs);
     const float4* gs4 = reinterpret_cast<const float4*>(gbs);
     const float4* bs4 = gs4 + K4;
-    if (FIX) {  // the row in fixed point (gemv_fix_from): each thread's 32-byte pieces, then to float
-        for (int k = tid; k < K4; k += GEMV_NT_THREADS) {
-            cp_async16(fix_s + 4 * k, x_fix + 4 * k, 16);
-            cp_async16(fix_s + 4 * k + 2, x_fix + 4 * k + 2, 16);
-        }
-        cp_async_commit();
-        cp_async_wait<0>();  // this thread's pieces of the row, and its share of g and b
-        for (int k = tid; k < K4; k += GEMV_NT_THREADS) {
-            const float4 v = make_float4(gemv_fix_to(fix_s[4 * k]), gemv_fix_to(fix_s[4 * k + 1]),
-                                         gemv_fix_to(fix_s[4 * k + 2]), gemv_fix_to(fix_s[4 * k + 3]));
-            xs4[k] = v;
-            if (blockIdx.x == 0) reinterpret_cast<float4*>(x_out)[k] = v;  // the residual stream as float32
-        }
-    } else {
-        for (int k = tid; k < K4; k += GEMV_NT_THREADS) cp_async16(xs4 + k, reinterpret_cast<const float4*>(x) + k, 16);
-        cp_async_commit();
-        cp_async_wait<0>();  // this thread's pieces and its share of g and b
-    }
+    for (int k = tid; k < K4; k += GEMV_NT_THREADS) cp_async16(xs4 + k, reinterpret_cast<const float4*>(x) + k, 16);
+    cp_async_commit();
+    cp_async_wait<0>();  // this thread's pieces and its share of g and b
     double s, q;
     gemv_row_sums(xs4, K4, tid, GEMV_NT_THREADS, s, q);
     if ((tid & 31) == 0) {
@@ -499,25 +465,6 @@ struct GemvArgmax {
     int* counter;   // [1] zero before the launch, left zero
     int* step;      // [4, M] a decode step's ints to move on (argmax_write), or NULL
     int* host_out;  // [M] mapped host memory, or NULL
-};
-
-// The one-token chain's extra operands (CHAIN in gemv_nt_body; the fixed point above gemv_ln_row_block).
-#define GEMV_CHAIN_NONE 0
-#define GEMV_CHAIN_FIX 1   // ln_1 + QKV / ln_f + LM head: LN(x) read from x_fix; block 0 writes it to x_out
-#define GEMV_CHAIN_ACC 2   // attention projection: y, and acc = fix(y) + fix(acc_bias)
-#define GEMV_CHAIN_PROJ 3  // ln_2 + FC: y = gelu(...), and acc += y @ wp (the MLP projection), by clusters
-#ifndef GEMV_PROJ_CLUSTER
-#define GEMV_PROJ_CLUSTER 8  // blocks of a cluster: their partial sums meet in shared memory first
-#endif
-#define GEMV_PROJ_DPR_MAX 256  // outputs a rank adds up: D / GEMV_PROJ_CLUSTER, so D <= 2048 at 8
-#define GEMV_PROJ_PD 8         // outputs a thread accumulates: D <= 8 * GEMV_NT_THREADS
-struct GemvChain {
-    const long long* x_fix;  // FIX: [K] the LayerNorm's input row
-    float* x_out;            // FIX: [K] that row as float32 (block 0 writes it)
-    long long* acc;          // ACC: [N] written; PROJ: [D] added to
-    const float* acc_bias;   // ACC: [N], a weight (read before pdl_wait)
-    const void* wp;          // PROJ: [N, D] of the weights' type, row n for output n of this product
-    int D;                   // PROJ: wp's width
 };
 
 // The block's end of the argmax: lane l holds the best of token l / (32 / MP)'s outputs it stored.
@@ -565,80 +512,18 @@ __device__ __forceinline__ void gemv_argmax_finish(const GemvArgmax am, float be
     }
 }
 
-// The chain's MLP projection inside the FC kernel (GEMV_CHAIN_PROJ), over the block's output rows
-// n_blk .. n_blk + rows - 1 of a pass (their GELU values fs[] in shared memory): thread t adds
-// fs[r] * wp[n_blk + r][d] into part[i] for its outputs d = t + 256 i. The first pass's rows of wp were
-// staged in shared memory before pdl_wait (wps); later passes read them from global memory.
-template <bool BF16>
-__device__ __forceinline__ float gemv_w_at(const typename GemvW<BF16>::T* p, long long i) {
-    if constexpr (BF16) return __uint_as_float((unsigned)p[i] << 16);
-    else return p[i];
-}
-template <bool BF16>
-__device__ __forceinline__ void gemv_proj_pass(const float* fs, const typename GemvW<BF16>::T* rows_w, int rows,
-                                               int D, float (&part)[GEMV_PROJ_PD]) {
-#pragma unroll
-    for (int i = 0; i < GEMV_PROJ_PD; ++i) {
-        const int d = threadIdx.x + GEMV_NT_THREADS * i;
-        if (d < D) {
-            float a = part[i];
-            for (int r = 0; r < rows; ++r) a = fmaf(fs[r], gemv_w_at<BF16>(rows_w, (long long)r * D + d), a);
-            part[i] = a;
-        }
-    }
-}
-
-// The cluster's partial sums (part[i] of output d = t + 256 i in every block) meet in shared memory:
-// output d goes to rank d / DPR (DPR = ceil(D / CL)), which adds the CL ranks' values in rank order and
-// adds the sum into acc[d] in fixed point. The barrier's first phase was opened at the kernel's start
-// (cluster_arrive_relaxed), so every block of the cluster has started before anyone stores into it.
-__device__ __forceinline__ void gemv_proj_finish(const float (&part)[GEMV_PROJ_PD], long long* acc, int D) {
-    constexpr int CL = GEMV_PROJ_CLUSTER;
-    __shared__ float xbuf[CL * GEMV_PROJ_DPR_MAX];  // [source rank][DPR]
-    const int dpr = (D + CL - 1) / CL;
-    unsigned rank = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-#endif
-    cluster_wait_acquire();  // every block of the cluster has started
-#pragma unroll
-    for (int i = 0; i < GEMV_PROJ_PD; ++i) {
-        const int d = threadIdx.x + GEMV_NT_THREADS * i;
-        if (d < D) st_cluster_f32(&xbuf[rank * dpr + d % dpr], d / dpr, part[i]);
-    }
-    __syncwarp();
-    cluster_arrive_release();  // this block's values are stored
-    cluster_wait_acquire();    // and every block's
-    for (int j = threadIdx.x; j < dpr; j += GEMV_NT_THREADS) {
-        const int d = (int)rank * dpr + j;
-        if (d < D) {
-            float v = 0.0f;
-#pragma unroll
-            for (int q = 0; q < CL; ++q) v += xbuf[q * dpr + j];
-            atomicAdd(reinterpret_cast<unsigned long long*>(acc + d), (unsigned long long)gemv_fix_from(v));
-        }
-    }
-}
-
 // One token's row sums (HALVE in gemv_nt_body): a lane's ROWS partial sums fold together by halving
 // shuffles, warp_sums<ROWS> (ROWS - 1 + 5 - log2 ROWS shuffles: 6 at 4 rows, 5 at 2), instead of one
 // warp_sum of 5 shuffles per row; gpt2 bf16 b1 +2.2% (docs/PERFORMANCE.md, version 25).
 #ifndef GEMV_M1_HALVE
 #define GEMV_M1_HALVE 1  // 0: one warp_sum per row (for measuring)
 #endif
-template <bool BF16, int EPI, bool LN, bool KV, int MP, bool ARGMAX = false, int CHAIN = GEMV_CHAIN_NONE>
+template <bool BF16, int EPI, bool LN, bool KV, int MP, bool ARGMAX = false>
 __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const typename GemvW<BF16>::T* __restrict__ w,
                                              const float* __restrict__ bias, const float* R, float* y,
                                              const float* __restrict__ ln_g, const float* __restrict__ ln_b,
                                              int M, int N, int K, float eps, int wpr, GemvKv kv,
-                                             GemvArgmax am = GemvArgmax{}, GemvChain ch = GemvChain{}) {
-    typedef typename GemvW<BF16>::T WT;
-    constexpr bool FIX = CHAIN == GEMV_CHAIN_FIX, ACC = CHAIN == GEMV_CHAIN_ACC, PROJ = CHAIN == GEMV_CHAIN_PROJ;
-    static_assert(CHAIN == GEMV_CHAIN_NONE || MP == 1, "the chain is built for one token");
-    static_assert(!FIX || LN, "FIX is the LayerNorm's input");
-    static_assert(!ACC || EPI == GEMV_EPI_RESIDUAL, "ACC follows the residual epilogue");
-    static_assert(!PROJ || (LN && EPI == GEMV_EPI_GELU), "PROJ is the FC product's");
-    if (PROJ) cluster_arrive_relaxed();  // the first phase of gemv_proj_finish's barrier
+                                             GemvArgmax am = GemvArgmax{}) {
     constexpr int CPT = GemvW<BF16>::CPT;
     typedef GemvNt<MP, BF16, LN && EPI == GEMV_EPI_NONE> Build;
     constexpr int ROWS = Build::ROWS;  // weight rows per warp at a time
@@ -694,10 +579,9 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     constexpr int LPS = 32 / MP;  // lanes per sum
     const int e_r = HALVE ? lane / LPR : lane % LPS, e_m = lane / LPS;
     const bool e_own = lane % LPR == 0;  // the lane that stores its row (every one without HALVE)
-    float e_bias = 0.0f, e_res = 0.0f, e_bias2 = 0.0f;  // e_bias2: ACC's acc_bias
+    float e_bias = 0.0f, e_res = 0.0f;
     auto epi_bias = [&](int n0) {
         if (EPI != GEMV_EPI_NONE && e_r < ROWS && n0 + e_r < N) e_bias = ld_pre_wait(bias + n0 + e_r);
-        if (ACC && e_r < ROWS && n0 + e_r < N) e_bias2 = ld_pre_wait(ch.acc_bias + n0 + e_r);
     };
     auto epi_res = [&](int n0) {
         if (EPI == GEMV_EPI_RESIDUAL && slice == 0 && e_r < ROWS && e_m < M && n0 + e_r < N)
@@ -709,28 +593,13 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     set_rows(first + group * ROWS);
     load_batch(k_lo + lane * CPT);  // weights only: before the wait
     epi_bias(first + group * ROWS);
-    // PROJ: the first pass's rows of wp into shared memory behind the LayerNorm's rows (zeros past N);
-    // its own copy group, ahead of g and b's, so the LayerNorm's wait covers it
-    WT* wps = reinterpret_cast<WT*>(xs + (M + 2) * K);
-    if (PROJ) {
-        const WT* wp = reinterpret_cast<const WT*>(ch.wp);
-        const int per_row = ch.D * (int)sizeof(WT) / 16;  // 16-byte pieces of a row
-        for (int i = threadIdx.x; i < rows_blk * per_row; i += GEMV_NT_THREADS) {
-            const int r = i / per_row, c = i - r * per_row, n = min(first + r, N - 1);
-            cp_async16(reinterpret_cast<char*>(wps) + 16 * (long long)i,
-                       reinterpret_cast<const char*>(wp + (long long)n * ch.D) + 16 * c, first + r < N ? 16 : 0);
-        }
-        cp_async_commit();
-    }
     if (LN) gemv_ln_stage_gb(ln_g, ln_b, xs + M * K, K);
     pdl_wait();
     epi_res(first + group * ROWS);
     long long e_kv = 0;  // KV: token e_m's cache row and position, as an offset
     if (KV && e_m < M) e_kv = kv.seq[e_m] * kv.batch_stride + (long long)kv.pos[e_m] * kv.D;
     if (LN) {  // the whole block
-        if (FIX)  // the row staged behind the LayerNorm's rows, as 2K floats' worth of int64
-            gemv_ln_row_block<true>(x, xs + K, xs, K, eps, ch.x_fix, ch.x_out, reinterpret_cast<long long*>(xs + 3 * K));
-        else if (MP == 1 && GEMV_LN_BLOCK_M1)
+        if (MP == 1 && GEMV_LN_BLOCK_M1)
             gemv_ln_row_block(x, xs + K, xs, K, eps);
         else
             gemv_ln_rows(x, xs + M * K, xs, M, K, eps);
@@ -738,11 +607,8 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
 
     float best_v = NEG_INF_F32;  // ARGMAX: the best of this lane's stored outputs (token e_m)
     int best_i = ARGMAX_NONE;
-    __shared__ float proj_fs[PROJ ? GEMV_NT_WARPS * ROWS : 1];  // PROJ: a pass's outputs (zeros past N)
-    float proj_part[GEMV_PROJ_PD] = {};                            // PROJ: this thread's partial sums
     for (int n_blk = first; n_blk < N; n_blk += gridDim.x * rows_blk) {  // the same trip count in every warp
         const int n0 = n_blk + group * ROWS;
-        if (PROJ && threadIdx.x < rows_blk && n_blk + threadIdx.x >= N) proj_fs[threadIdx.x] = 0.0f;
         if (n_blk != first) {
             set_rows(n0);
             load_batch(k_lo + lane * CPT);
@@ -827,18 +693,9 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
                 float* dst = part ? kv.v : kv.k;
                 dst[e_kv + (n - kv.D - part * kv.D)] = v;
             }
-            if (ACC) ch.acc[n] = gemv_fix_from(v) + gemv_fix_from(e_bias2);
-            if (PROJ) proj_fs[n - n_blk] = v;
-        }
-        if (PROJ) {
-            __syncthreads();  // the pass's outputs in proj_fs
-            gemv_proj_pass<BF16>(proj_fs, n_blk == first ? wps : reinterpret_cast<const WT*>(ch.wp) + (long long)n_blk * ch.D,
-                                 min(rows_blk, N - n_blk), ch.D, proj_part);
-            __syncthreads();  // proj_fs is the next pass's
         }
     }
     if (ARGMAX && am.out != nullptr) gemv_argmax_finish<MP>(am, best_v, best_i, M, lane, warp);
-    if (PROJ) gemv_proj_finish(proj_part, ch.acc, ch.D);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -902,65 +759,6 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     GEMV_NT_KV_KERNEL_MP(name, bf16, 4)   \
     GEMV_NT_KV_KERNEL_MP(name, bf16, 8)
 
-// The one-token chain (GemvChain; the fixed point above gemv_ln_row_block), one build each (_m1):
-//   gemv_*_nt_bias_residual_acc_m1   as gemv_*_nt_bias_residual, and acc[n] = fix(y[n]) + fix(acc_bias[n])
-//   gemv_*_nt_ln_bias_gelu_proj_m1   as gemv_*_nt_ln_bias_gelu, and acc[d] += sum_n y[n] wp[n, d] (d < D),
-//                                    launched in clusters of GEMV_PROJ_CLUSTER blocks (grid a multiple)
-//   gemv_*_nt_ln_bias_kv_fix_m1      as gemv_*_nt_ln_bias_kv, LayerNorm's input from x_fix [K], which
-//                                    block 0 also writes to x_out as float32
-//   gemv_*_nt_ln_fix_m1              as gemv_*_nt_ln (the LM head and its argmax), the same input
-// Dynamic shared memory: the LayerNorm's 3K floats (gemv_*_nt_ln*), and _proj rows_blk x D weights more
-// (rows_blk = (8 / wpr) x the build's ROWS), _fix 2K floats more.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define GEMV_PROJ_CLUSTER_DIMS __cluster_dims__(GEMV_PROJ_CLUSTER, 1, 1)
-#else
-#define GEMV_PROJ_CLUSTER_DIMS
-#endif
-#define GEMV_NT_CHAIN_KERNELS(wname, bf16)                                                                    \
-    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GemvNt<1, bf16, false>::MIN_BLOCKS)          \
-        gemv_##wname##_nt_bias_residual_acc_m1(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w, \
-                                               const float* __restrict__ bias, const float* R, float* y,        \
-                                               const float* __restrict__ ln_g, const float* __restrict__ ln_b,  \
-                                               int M, int N, int K, float eps, int wpr, long long* acc,         \
-                                               const float* __restrict__ acc_bias) {                            \
-        gemv_nt_body<bf16, GEMV_EPI_RESIDUAL, false, false, 1, false, GEMV_CHAIN_ACC>(                        \
-            x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, GemvKv{}, GemvArgmax{},                          \
-            GemvChain{nullptr, nullptr, acc, acc_bias, nullptr, 0});                                          \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GemvNt<1, bf16, false>::MIN_BLOCKS)          \
-        GEMV_PROJ_CLUSTER_DIMS gemv_##wname##_nt_ln_bias_gelu_proj_m1(                                        \
-            const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w, const float* __restrict__ bias,    \
-            const float* R, float* y, const float* __restrict__ ln_g, const float* __restrict__ ln_b, int M,     \
-            int N, int K, float eps, int wpr, long long* acc, const GemvW<bf16>::T* __restrict__ wp, int D) {    \
-        gemv_nt_body<bf16, GEMV_EPI_GELU, true, false, 1, false, GEMV_CHAIN_PROJ>(                            \
-            x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, GemvKv{}, GemvArgmax{},                          \
-            GemvChain{nullptr, nullptr, acc, nullptr, wp, D});                                                \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GemvNt<1, bf16, false>::MIN_BLOCKS)          \
-        gemv_##wname##_nt_ln_bias_kv_fix_m1(                                                                  \
-            const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w, const float* __restrict__ bias,    \
-            const float* R, float* y, const float* __restrict__ ln_g, const float* __restrict__ ln_b, int M,     \
-            int N, int K, float eps, int wpr, const int* __restrict__ seq, const int* __restrict__ pos,          \
-            float* __restrict__ k_cache, float* __restrict__ v_cache, long long batch_stride,                   \
-            const long long* __restrict__ x_fix, float* x_out) {                                              \
-        const GemvKv kv{seq, pos, k_cache, v_cache, batch_stride, N / 3};                                     \
-        gemv_nt_body<bf16, GEMV_EPI_BIAS, true, true, 1, false, GEMV_CHAIN_FIX>(                              \
-            x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, kv, GemvArgmax{},                                \
-            GemvChain{x_fix, x_out, nullptr, nullptr, nullptr, 0});                                           \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GemvNt<1, bf16, true>::MIN_BLOCKS)           \
-        gemv_##wname##_nt_ln_fix_m1(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w,           \
-                                    const float* __restrict__ bias, const float* R, float* y,                   \
-                                    const float* __restrict__ ln_g, const float* __restrict__ ln_b, int M, int N, \
-                                    int K, float eps, int wpr, int* am_out, float* am_part_v, int* am_part_i,    \
-                                    int* am_counter, int* am_step, int* am_host_out,                            \
-                                    const long long* __restrict__ x_fix, float* x_out) {                        \
-        const GemvArgmax am{am_out, am_part_v, am_part_i, am_counter, am_step, am_host_out};                  \
-        gemv_nt_body<bf16, GEMV_EPI_NONE, true, false, 1, true, GEMV_CHAIN_FIX>(                              \
-            x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, GemvKv{}, am,                                    \
-            GemvChain{x_fix, x_out, nullptr, nullptr, nullptr, 0});                                           \
-    }
-
 GEMV_KERNEL(gemv_f32_bias, false, GEMV_EPI_BIAS)
 GEMV_KERNEL(gemv_f32_bias_gelu, false, GEMV_EPI_GELU)
 GEMV_KERNEL(gemv_f32_bias_residual, false, GEMV_EPI_RESIDUAL)
@@ -983,5 +781,3 @@ GEMV_NT_KERNEL(gemv_bf16_nt_bias_gelu, true, GEMV_EPI_GELU, false)
 GEMV_NT_KERNEL(gemv_bf16_nt_bias_residual, true, GEMV_EPI_RESIDUAL, false)
 GEMV_NT_KV_KERNEL(gemv_f32_nt_ln_bias_kv, false)
 GEMV_NT_KV_KERNEL(gemv_bf16_nt_ln_bias_kv, true)
-GEMV_NT_CHAIN_KERNELS(f32, false)
-GEMV_NT_CHAIN_KERNELS(bf16, true)

@@ -36,10 +36,6 @@ CASES = [  # (source, kernel, -D flags)
     ("gemv.cu", "gemv_f32_nt_ln_bias_gelu_m1", ("-DGEMV_NT_MIN_BLOCKS_M1_F32=4",)),
     ("gemv.cu", "gemv_bf16_nt_bias_residual_m1", ("-DGEMV_NT_MIN_BLOCKS_M1_BF16=4",)),  # medium's
     ("gemv.cu", "gemv_f32_nt_ln_bias_kv_m1", ()),
-    # the batch-1 chain's builds (GemvChain), at gpt2's bf16 width
-    ("gemv.cu", "gemv_bf16_nt_ln_bias_kv_fix_m1", ("-DGEMV_NT_ROWS_M1_BF16=4",)),
-    ("gemv.cu", "gemv_bf16_nt_bias_residual_acc_m1", ("-DGEMV_NT_ROWS_M1_BF16=4",)),
-    ("gemv.cu", "gemv_bf16_nt_ln_bias_gelu_proj_m1", ("-DGEMV_NT_ROWS_M1_BF16=4",)),
     ("gemv.cu", "gemv_f32_nt_ln_bias_gelu_m1", ()),
     ("attention.cu", "attention_decode_f32", ("-DATTN_DEC_CLUSTER=8",)),
     ("attention.cu", "attention_decode_f32", ("-DATTN_DEC_CLUSTER=4",)),

@@ -36,10 +36,6 @@ memory. greedy_steps() runs a second graph, the kernels alone, fed by the step b
 device, whose argmax kernel writes the ids straight into mapped host memory (no copy after the
 kernels: about 9 us a step less); the host queues step i + 1 before it waits for step i's
 argmax, so its own time per step (launch, Python) hides under the GPU's.
-At batch 1 (``chain``, CHAIN_AUTO) the MLP projection has no kernel of its own: the FC kernel's blocks
-multiply their GELU outputs by their rows of W_proj and add the partial sums into the residual stream
-kept in fixed point (int64, kernels/gemv.cu's GemvChain), which the attention projection starts as
-x1 + b_proj and the next LayerNorm (ln_1 + QKV, or ln_f + the LM head) reads; four kernels a block.
 """
 
 from __future__ import annotations
@@ -60,7 +56,6 @@ VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32"), "bf16": ("t
 MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
 HEAD_ARGMAX = True  # at batch 1 the decode LM head GEMV takes the argmax itself (version 21); False: argmax_rows_f32
 FUSED_AUTO_MIN_D = 1600  # fused_decode="auto": only gpt2-xl with bf16 weights is faster fused (version 17)
-CHAIN_AUTO = ("bf16",)  # chain="auto": the precisions whose batch-1 step folds the MLP projection into FC
 
 
 def fused_auto(n_embd: int, precision: str = "fp32") -> bool:
@@ -146,8 +141,7 @@ class CudaRunner(Runner):
     backend = "cuda"
 
     def __init__(self, weights: ModelWeights, precision: str = "fp32", use_graphs: bool = True,
-                 programmatic: bool = True, fused_decode: bool | str = "auto", wgmma: bool | str = "auto",
-                 chain: bool | str = "auto"):
+                 programmatic: bool = True, fused_decode: bool | str = "auto", wgmma: bool | str = "auto"):
         if precision not in VARIANTS:
             raise ValueError(f"cuda backend precision must be one of {', '.join(VARIANTS)}; got {precision!r}")
         self.precision = precision
@@ -191,11 +185,6 @@ class CudaRunner(Runner):
         if fused_decode not in (True, False, "auto"):
             raise ValueError(f"fused_decode must be True, False or 'auto'; got {fused_decode!r}")
         self.fused_decode = fused_decode  # decode batches that fit run all blocks in decode_layers_*
-        if chain not in (True, False, "auto"):
-            raise ValueError(f"chain must be True, False or 'auto'; got {chain!r}")
-        self.chain = chain  # batch-1 five-kernel steps: the MLP projection inside the FC kernel (sm_90)
-        self._acc = None  # the chain's residual stream in fixed point, int64 [D]
-        self._wp_rows = None  # the chain's W_proj per layer, [4D, D] as stored, in the decode weights' type
         self._fused = None  # cuda_decode.DecodeLayers, built at the first fused step
         self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
         self._fwd = None  # forward_device's graphs (_ForwardGraphs), made at its first call
@@ -210,13 +199,12 @@ class CudaRunner(Runner):
             self._logits = cp.empty((max(rows, 8), self.config.vocab_size), cp.float32)
         return self._logits[:rows]
 
-    def _head(self, rows_from: int, rows_to: int, decode_out=None, out=None, argmax=None, chain: bool = False):
+    def _head(self, rows_from: int, rows_to: int, decode_out=None, out=None, argmax=None):
         """ln_f then the tied LM head on x[rows_from:rows_to] -> device logits [rows, V].
         Up to GEMV_MAX_M rows: one GEMV with ln_f fused, which for one row also takes its argmax
         when ``argmax`` is given (cuda_linear.gemv_nt's). ``decode_out``: a decode step's
         logits buffer (read wte_dec, bf16 in bf16 mode); else ``out`` [rows, V] if given (the
-        caller's own array), else the runner's regrowable buffer. ``chain``: the one row's residual
-        stream is the chain's fixed-point one (written back to x)."""
+        caller's own array), else the runner's regrowable buffer."""
         c = self.config
         n = rows_to - rows_from
         decode = decode_out is not None
@@ -224,8 +212,7 @@ class CudaRunner(Runner):
         x = self.x[rows_from:rows_to]
         if n <= cuda_linear.GEMV_MAX_M:
             cuda_linear.gemv_nt(x, self.wte_dec if decode else self.wte, out,
-                                ln=(self.ln_f_g, self.ln_f_b, c.layer_norm_epsilon), argmax=argmax,
-                                chain=("fix", self._acc, x) if chain else None)
+                                ln=(self.ln_f_g, self.ln_f_b, c.layer_norm_epsilon), argmax=argmax)
             return out
         if argmax is not None:
             raise ValueError(f"the LM head takes the argmax itself for one row only; got {n}")
@@ -313,7 +300,6 @@ class CudaRunner(Runner):
         c = self.config
         b = cache.batch
         d_ids, d_seq, d_pos, d_len = step[0], step[1], step[2], step[3]
-        chain = b == 1 and self._chain_on()
         # a plain launch (cuda_ops.embedding): the step's kernels after it find every earlier step
         # finished, which attention_decode_f32 relies on (it reads lengths and older keys early)
         cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:b])
@@ -332,32 +318,20 @@ class CudaRunner(Runner):
                 cache_batch_stride=cache.batch_stride, max_len=c.n_positions)
             if b <= cuda_linear.GEMV_MAX_M:
                 kv = (d_seq, d_pos, k_cache, v_cache, cache.batch_stride)
-                self._decode_block_gemv(w, self.dec_mats[layer], b, attend, kv, layer if chain else None)
+                self._decode_block_gemv(w, self.dec_mats[layer], b, attend, kv)
             else:
                 run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                           attend=attend, after_qkv=store, planes=self._planes(layer))
-        self._decode_head(cache, b, step, host_out, chain)
-
-    def _chain_on(self) -> bool:
-        """Whether a batch-1 five-kernel step folds the MLP projection into the FC kernel (chain=True,
-        or "auto" for the precisions in CHAIN_AUTO); it needs thread block clusters (sm_90)."""
-        on = self.precision in CHAIN_AUTO if self.chain == "auto" else self.chain
-        if not on or int(cp.cuda.Device().compute_capability) < 90:
-            return False
-        if self._acc is None:
-            conv = cuda_linear.to_bf16_bits if self.precision == "bf16" else (lambda a: a)  # noqa: E731
-            self._acc = cp.zeros(self.config.n_embd, cp.int64)
-            self._wp_rows = [conv(cp.ascontiguousarray(w["w_proj"])) for w in self.block_views]
-        return True
+        self._decode_head(cache, b, step, host_out)
 
     def _planes(self, layer: int):
         return None if self.planes is None else self.planes[layer]
 
-    def _decode_head(self, cache: "CudaCache", b: int, step, host_out=None, chain: bool = False) -> None:
+    def _decode_head(self, cache: "CudaCache", b: int, step, host_out=None) -> None:
         if b == 1 and HEAD_ARGMAX:  # the one-token LM head GEMV takes the argmax itself
-            self._head(0, b, decode_out=cache.logits, argmax=(self._argmax[:b], step, host_out), chain=chain)
+            self._head(0, b, decode_out=cache.logits, argmax=(self._argmax[:b], step, host_out))
             return
-        logits = self._head(0, b, decode_out=cache.logits, chain=chain)
+        logits = self._head(0, b, decode_out=cache.logits)
         cuda_ops.argmax_rows(logits, self._argmax[:b], advance=step, host_out=host_out)
 
     def _fused_fits(self, b: int) -> bool:
@@ -371,27 +345,17 @@ class CudaRunner(Runner):
             self._fused = cuda_decode.DecodeLayers(self.block_views, self.dec_mats, self.config)
         return self._fused.plan(b) is not None
 
-    def _decode_block_gemv(self, w, mats, b: int, attend, kv, chain_layer: Optional[int] = None) -> None:
+    def _decode_block_gemv(self, w, mats, b: int, attend, kv) -> None:
         """One block for b <= GEMV_MAX_M new tokens: four GEMVs over the transposed matrices,
         the LayerNorms fused into the QKV and FC GEMVs, the K / V store into the QKV GEMV
-        (``kv``: gemv_nt's argument), the residual adds into the projections. ``chain_layer``
-        (batch 1, _chain_on): this block's layer; the MLP projection goes into the FC kernel and the
-        residual stream after it stays in fixed point (self._acc) until the next LayerNorm reads it."""
+        (``kv``: gemv_nt's argument), the residual adds into the projections."""
         eps = self.config.layer_norm_epsilon
         x, ws = self.x[:b], self.ws
         qkv, att, f = ws.qkv[:b], ws.att[:b], ws.f[:b]
         gemv_nt = cuda_linear.gemv_nt
-        chain = chain_layer is not None
-        fix_in = ("fix", self._acc, x) if chain and chain_layer > 0 else None  # layer 0 reads the embedding
-        gemv_nt(x, mats["w_qkv"], qkv, bias=w["b_qkv"], epilogue="bias", ln=(w["ln1_g"], w["ln1_b"], eps), kv=kv,
-                chain=fix_in)
+        gemv_nt(x, mats["w_qkv"], qkv, bias=w["b_qkv"], epilogue="bias", ln=(w["ln1_g"], w["ln1_b"], eps), kv=kv)
         attend(qkv, att)
-        gemv_nt(att, mats["w_attn"], x, bias=w["b_attn"], epilogue="bias_residual", residual=x,
-                chain=("acc", self._acc, w["b_proj"]) if chain else None)
-        if chain:
-            gemv_nt(x, mats["w_fc"], f, bias=w["b_fc"], epilogue="bias_gelu", ln=(w["ln2_g"], w["ln2_b"], eps),
-                    chain=("proj", self._wp_rows[chain_layer], self._acc))
-            return
+        gemv_nt(att, mats["w_attn"], x, bias=w["b_attn"], epilogue="bias_residual", residual=x)
         gemv_nt(x, mats["w_fc"], f, bias=w["b_fc"], epilogue="bias_gelu", ln=(w["ln2_g"], w["ln2_b"], eps))
         gemv_nt(f, mats["w_proj"], x, bias=w["b_proj"], epilogue="bias_residual", residual=x)
 

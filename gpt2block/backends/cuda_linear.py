@@ -508,8 +508,7 @@ def gemv(x, w, bias, out, *, epilogue="bias", residual=None, stream=None):
     launch(kernel("gemv", name), (strips, splits, 1), (_GEMV_THREADS, 1, 1), args, 0, stream)
 
 
-def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=None, argmax=None, chain=None,
-            stream=None):
+def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=None, argmax=None, stream=None):
     """out[M,N] = epi(x'[M,K] @ w[N,K]^T (+ bias[N])) for M <= GEMV_MAX_M; w float32 or bf16 bits
     holding W transposed (one contiguous row per output); K a multiple of 4 (float32) or 8 (bf16).
 
@@ -531,17 +530,7 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     batch-1 decode step): also ids[0] = the first index of the largest output, as
     cuda_ops.argmax_rows gives it from out (ids int32 [1] on the device); ``advance`` (int32 [4, 1]:
     a decode step's ids, seq, pos, lengths; or None) moved on to the next greedy step, and
-    ``host_out`` (cuda_ops.MappedInts of 1, or None) given the id too, as argmax_rows does.
-
-    ``chain`` (M = 1; kernels/gemv.cu, GemvChain): the one-token decode step's residual stream from the
-    FC product to the next LayerNorm in fixed point (int64 counts of 2^-32, ``acc``):
-    ``("acc", acc, acc_bias)`` with epilogue "bias_residual": also acc[n] = fix(out[0, n]) + fix(acc_bias[n])
-    (acc int64 [N], acc_bias float32 [N], a weight); ``("proj", wp, acc)`` with ln and epilogue
-    "bias_gelu": also acc[d] += sum_n out[0, n] wp[n, d] (wp [N, D] of w's type, the MLP projection's
-    matrix as stored, not transposed; acc int64 [D]), added in clusters of GEMV_PROJ_CLUSTER blocks and in
-    any order between them (integer adds: the same bits every run); ``("fix", acc, x_out)`` with ln:
-    the LayerNorm's input is acc [K] (x is not read; pass the x_out buffer), and x_out [1, K] float32
-    gets it as float32 (the residual stream for the projection after)."""
+    ``host_out`` (cuda_ops.MappedInts of 1, or None) given the id too, as argmax_rows does."""
     _check_rows(x, "x")
     _check_weights(w, "w", "[N, K]")
     m, k = x.shape
@@ -603,84 +592,22 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     if argmax is not None and m != 1:
         raise ValueError(f"argmax is taken by the one-token build only (M = 1); got M = {m}")
 
-    chain_kind, chain_args, chain_smem = _gemv_chain(chain, x, w, out, m, n, k, ln, epilogue, residual)
-
     mp = _gemv_nt_tokens(m)  # the kernel build: 1, 2, 4 or 8 tokens
     name = (f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_nt" + ("_ln" if ln is not None else "")
             + (f"_{epilogue}" if epilogue else "") + ("_kv" if kv is not None else "")
-            + (f"_{chain_kind}" if chain_kind else "") + f"_m{mp}")
+            + f"_m{mp}")
     defines = _gemv_nt_defines(n, k, mp, w.dtype != np.float32)
     wpr, grid = gemv_nt_plan(n, k, cpt, mp, w.dtype != np.float32, ln is not None and epilogue is None,
                              defines=defines)
-    if chain_kind == "proj":  # whole clusters; blocks past the rows add zeros
-        grid = -(-grid // GEMV_PROJ_CLUSTER) * GEMV_PROJ_CLUSTER
-        if grid // GEMV_PROJ_CLUSTER + 2 >= 64:
-            raise ValueError(f"chain 'proj' adds at most 61 clusters' sums (kernels/gemv.cu's fixed point); "
-                             f"N = {n} needs {grid // GEMV_PROJ_CLUSTER}")
-        rows_blk = (_GEMV_NT_THREADS // 32 // wpr) * _gemv_nt_build(mp, w.dtype != np.float32, False, defines)[0]
-        chain_smem = rows_blk * chain_smem  # chain_smem: bytes of one row of wp
     args = (x, w, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _NULL if g is None else g, _NULL if b is None else b,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps), np.int32(wpr)) + kv_args
     if ln is not None and epilogue is None:  # the LM head's build: its argmax, or NULLs for none
         args += _gemv_argmax_args(argmax, m, grid, stream)
-    args += chain_args
-    # the normalized rows, then g and b (gemv_ln_rows); the chain's staging behind them
-    smem = ((m + 2) * k * 4 if ln is not None else 0) + chain_smem
+    # the normalized rows, then g and b (gemv_ln_rows)
+    smem = (m + 2) * k * 4 if ln is not None else 0
     launch(kernel("gemv", name, defines), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args, smem, stream,
            programmatic=True)
-
-
-GEMV_PROJ_CLUSTER = 8  # kernels/gemv.cu's GEMV_PROJ_CLUSTER
-_GEMV_PROJ_D_MAX = 2048  # its GEMV_PROJ_PD x 256 threads (and GEMV_PROJ_DPR_MAX x the cluster)
-
-
-def _gemv_chain(chain, x, w, out, m: int, n: int, k: int, ln, epilogue, residual) -> tuple:
-    """gemv_nt's ``chain`` checked: (kernel suffix or "", extra kernel arguments, extra shared-memory
-    bytes; for "proj" the bytes of one row of wp, which gemv_nt multiplies by the block's rows)."""
-    if chain is None:
-        return "", (), 0
-    if not isinstance(chain, tuple) or not chain or chain[0] not in ("acc", "proj", "fix") or len(chain) != 3:
-        raise ValueError("chain must be ('acc', acc, acc_bias), ('proj', wp, acc) or ('fix', acc, x_out)")
-    if m != 1:
-        raise ValueError(f"chain is built for one token (M = 1); got M = {m}")
-    kind = chain[0]
-    if kind == "acc":
-        _, acc, acc_bias = chain
-        if epilogue != "bias_residual":
-            raise ValueError("chain 'acc' follows epilogue 'bias_residual' (the attention projection)")
-        _check_array(acc, "chain acc", 1, (np.int64,))
-        _check_shape(acc, "chain acc", (n,))
-        _check_array(acc_bias, "chain acc_bias", 1)
-        _check_shape(acc_bias, "chain acc_bias", (n,))
-        _check_out(acc, "chain acc", {"x": x, "w": w, "out": out, "residual": residual, "acc_bias": acc_bias})
-        return "acc", (acc, acc_bias), 0
-    if kind == "proj":
-        _, wp, acc = chain
-        if ln is None or epilogue != "bias_gelu":
-            raise ValueError("chain 'proj' needs ln and epilogue 'bias_gelu' (the FC product)")
-        _check_weights(wp, "chain wp", "[N, D]")
-        if wp.dtype != w.dtype or wp.shape[0] != n:
-            raise ValueError(f"chain wp must be [{n}, D] of {w.dtype}; got {wp.dtype} {tuple(wp.shape)}")
-        d = wp.shape[1]
-        if not 1 <= d <= _GEMV_PROJ_D_MAX or (d * wp.dtype.itemsize) % 16 or wp.data.ptr % 16:
-            raise ValueError(f"chain wp rows must be 16-byte multiples and aligned, D <= {_GEMV_PROJ_D_MAX}; "
-                             f"got D = {d}")
-        _check_array(acc, "chain acc", 1, (np.int64,))
-        _check_shape(acc, "chain acc", (d,))
-        _check_out(acc, "chain acc", {"x": x, "w": w, "out": out, "wp": wp})
-        return "proj", (acc, wp, np.int32(d)), d * wp.dtype.itemsize
-    _, acc, x_out = chain
-    if ln is None:
-        raise ValueError("chain 'fix' is the LayerNorm's input: it needs ln")
-    _check_array(acc, "chain acc", 1, (np.int64,))
-    _check_shape(acc, "chain acc", (k,))
-    _check_array(x_out, "chain x_out", 2)
-    _check_shape(x_out, "chain x_out", (1, k))
-    if acc.data.ptr % 16 or x_out.data.ptr % 16:
-        raise ValueError("chain acc and x_out must be 16-byte aligned")
-    _check_out(x_out, "chain x_out", {"w": w, "out": out, "acc": acc})
-    return "fix", (acc, x_out), 2 * k * 4
 
 
 def _gemv_argmax_args(argmax, m: int, grid: int, stream) -> tuple:
