@@ -63,6 +63,10 @@ def load_runner(model: str, backend: str, precision: str):
         if backend == "auto":
             why = cuda_status()[1]
             note(f"backend auto -> {name} ({why})")
+        if name == "cuda":  # a machine's first run compiles the kernels: say so, module by module
+            from .backends import cuda_modules
+
+            cuda_modules.set_compile_progress(note)
         return loaded, make_runner(loaded.weights, name, precision)
 
 

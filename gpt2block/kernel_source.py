@@ -53,3 +53,30 @@ def read_source(name: str, _seen: set | None = None) -> str:
         else:
             out.append(line)
     return "\n".join(out) + "\n"
+
+
+class BuildMarks:
+    """Which module builds this machine has made before: one empty file per build, named by a hash of
+    everything the compiled code depends on (source text with its defines, options, target, compiler),
+    in ``folder`` (CuPy's kernel cache folder, so that clearing that cache clears them too). The CLI
+    uses it to say, on a machine's first run only, that kernels are being compiled and how long it took."""
+
+    def __init__(self, folder):
+        self.folder = Path(folder)
+
+    def _path(self, key_text: str) -> Path:
+        import hashlib
+
+        return self.folder / f"gpt2block-built-{hashlib.sha256(key_text.encode()).hexdigest()[:32]}"
+
+    def seen(self, key_text: str) -> bool:
+        return self._path(key_text).is_file()
+
+    def mark(self, key_text: str) -> None:
+        """Record a build; a folder that cannot be written only costs the message next time."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._path(key_text).touch()
+        except OSError:
+            pass
+

@@ -92,3 +92,19 @@ def test_gemv_nt_defaults_match_the_kernel():
         m = re.search(rf"^#define {name} (\d+)\b", kernel, re.MULTILINE)
         assert m is not None, f"gemv.cu defines no {name}"
         assert int(m.group(1)) == value, f"{name}: gemv.cu {m.group(1)}, cuda_linear.py {value}"
+
+
+def test_build_marks(tmp_path):
+    """kernel_source.BuildMarks: a build is unseen until marked; a folder that cannot be written
+    costs nothing but the mark."""
+    from gpt2block.kernel_source import BuildMarks
+
+    marks = BuildMarks(tmp_path / "cache")
+    assert not marks.seen("source A")
+    marks.mark("source A")
+    assert marks.seen("source A") and not marks.seen("source B")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    stuck = BuildMarks(blocker / "below")  # a folder under a file: mkdir fails
+    stuck.mark("source A")
+    assert not stuck.seen("source A")

@@ -9,10 +9,12 @@ compile cache across processes. A compile error names the file and carries NVRTC
 from __future__ import annotations
 
 import contextlib
+import os
+import time
 
 import cupy as cp
 
-from ..kernel_source import ARCH_SPECIFIC, read_source
+from ..kernel_source import ARCH_SPECIFIC, BuildMarks, read_source
 from . import cuda_launch
 
 NVRTC_OPTIONS = ("--std=c++17",)
@@ -42,6 +44,23 @@ class KernelCompileError(RuntimeError):
     """NVRTC rejected a kernel source; the message names the file and holds the log."""
 
 
+_progress = None  # set_compile_progress's callable
+
+
+def set_compile_progress(report) -> None:
+    """``report(message)`` is told of each module this machine compiles for the first time (before and
+    after, with the seconds it took), so that a first run's start-up is not silent; None: no messages.
+    Later builds of the same module come from CuPy's on-disk cache and say nothing."""
+    global _progress
+    _progress = report
+
+
+def _cache_folder() -> str:
+    """CuPy's on-disk kernel cache (CUPY_CACHE_DIR, else its default)."""
+    get = getattr(cp.cuda.compiler, "get_cache_dir", None)
+    return get() if get is not None else os.environ.get("CUPY_CACHE_DIR", os.path.expanduser("~/.cupy/kernel_cache"))
+
+
 def module(name: str, defines: tuple[tuple[str, object], ...] = ()) -> cp.RawModule:
     """The compiled module of kernels/<name>.cu, with ``#define K V`` lines prepended."""
     key = (name, defines)
@@ -49,11 +68,26 @@ def module(name: str, defines: tuple[tuple[str, object], ...] = ()) -> cp.RawMod
     if mod is None:
         head = "".join(f"#define {k} {v}\n" for k, v in defines)
         src = head + read_source(f"{name}.cu")
-        mod = cp.RawModule(code=src, options=NVRTC_OPTIONS + _arch_options(name))
+        options = NVRTC_OPTIONS + _arch_options(name)
+        mod = cp.RawModule(code=src, options=options)
+        marks, mark_key = None, ""
+        if _progress is not None:
+            dev = cp.cuda.Device()
+            mark_key = "\0".join((src, *options, str(dev.compute_capability), cp.__version__,
+                                   str(cp.cuda.runtime.runtimeGetVersion())))
+            marks = BuildMarks(_cache_folder())
+            if marks.seen(mark_key):
+                marks = None
+            else:
+                _progress(f"[gpt2block] compiling kernels/{name}.cu for this GPU (first run only; cached after) ...")
+        t0 = time.perf_counter()
         try:
             mod.compile()
         except cp.cuda.compiler.CompileException as e:
             raise KernelCompileError(f"kernels/{name}.cu failed to compile with NVRTC:\n{e}") from None
+        if marks is not None:
+            marks.mark(mark_key)
+            _progress(f"[gpt2block] compiled kernels/{name}.cu in {time.perf_counter() - t0:.1f} s")
         _modules[key] = mod
     return mod
 
