@@ -140,14 +140,20 @@ def generate(prompt, model, backend, precision, max_new_tokens, temperature, top
     def header(i):  # before each sample when there are several
         return f"{chr(10) if i else ''}=== sample {i + 1}/{num_samples} ===\n" if num_samples > 1 else ""
 
+    started = []  # streaming: the prompt goes out with the first token, after any start-up messages
+    # (a first run's kernel builds, on stderr), so that those do not land in the middle of the text
+
+    def start():
+        if stream and not started:
+            out.write(header(0) + prompt)
+            started.append(True)
+
     def on_token(row, text):  # the first sample streams live; the others are printed after it
         if row == 0:
+            start()
             out.write(text)
             out.flush()
 
-    if stream:
-        out.write(header(0) + prompt)
-        out.flush()
     with user_errors():
         results = run_generate(runner, loaded.tokenizer, [prompt], max_new_tokens, params, seed, stop,
                                num_samples, on_token if stream else None, note)
@@ -156,6 +162,7 @@ def generate(prompt, model, backend, precision, max_new_tokens, temperature, top
     else:
         for i, r in enumerate(results):
             if stream and i == 0:
+                start()
                 out.write("\n")
             else:
                 out.write(header(i) + prompt + r.text + "\n")
