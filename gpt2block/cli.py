@@ -140,19 +140,36 @@ def generate(prompt, model, backend, precision, max_new_tokens, temperature, top
     def header(i):  # before each sample when there are several
         return f"{chr(10) if i else ''}=== sample {i + 1}/{num_samples} ===\n" if num_samples > 1 else ""
 
-    started = []  # streaming: the prompt goes out with the first token, after any start-up messages
-    # (a first run's kernel builds, on stderr), so that those do not land in the middle of the text
+    # Streaming: the prompt goes out with the first token, after the start-up messages of a first run
+    # (its kernel builds, on stderr); a build message that comes later (the decode kernels) starts a line
+    # of its own on stderr, so that it does not land inside the text on a terminal.
+    started, line_open = [], [False]
+
+    def write(text):
+        if text:
+            out.write(text)
+            line_open[0] = not text.endswith("\n")
 
     def start():
         if stream and not started:
-            out.write(header(0) + prompt)
+            write(header(0) + prompt)
             started.append(True)
 
     def on_token(row, text):  # the first sample streams live; the others are printed after it
         if row == 0:
             start()
-            out.write(text)
+            write(text)
             out.flush()
+
+    def build_note(message):
+        if line_open[0]:
+            message, line_open[0] = "\n" + message, False
+        note(message)
+
+    if runner.backend == "cuda":
+        from .backends import cuda_modules
+
+        cuda_modules.set_compile_progress(build_note)
 
     with user_errors():
         results = run_generate(runner, loaded.tokenizer, [prompt], max_new_tokens, params, seed, stop,
