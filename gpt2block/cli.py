@@ -22,6 +22,7 @@ from . import __version__
 from .backends import BACKENDS, PRECISIONS, BackendError, cuda_status, make_runner, resolve_backend
 from .checkpoint import HUB_IDS, CheckpointError, default_pack_path, load_model, pack
 from .config import ConfigError
+from .kernel_source import set_compile_progress
 from .sampler import SamplingError, SamplingParams
 from .tokenizer import TokenizerError
 
@@ -63,10 +64,7 @@ def load_runner(model: str, backend: str, precision: str):
         if backend == "auto":
             why = cuda_status()[1]
             note(f"backend auto -> {name} ({why})")
-        if name == "cuda":  # a machine's first run compiles the kernels: say so, module by module
-            from .backends import cuda_modules
-
-            cuda_modules.set_compile_progress(note)
+        set_compile_progress(note)  # a machine's first CUDA run compiles the kernels: say so, module by module
         return loaded, make_runner(loaded.weights, name, precision)
 
 
@@ -166,10 +164,7 @@ def generate(prompt, model, backend, precision, max_new_tokens, temperature, top
             message, line_open[0] = "\n" + message, False
         note(message)
 
-    if runner.backend == "cuda":
-        from .backends import cuda_modules
-
-        cuda_modules.set_compile_progress(build_note)
+    set_compile_progress(build_note)
 
     with user_errors():
         results = run_generate(runner, loaded.tokenizer, [prompt], max_new_tokens, params, seed, stop,

@@ -55,6 +55,23 @@ def read_source(name: str, _seen: set | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
+_compile_progress = None  # set_compile_progress's callable
+
+
+def set_compile_progress(report) -> None:
+    """``report(message)`` is told of each kernel module this machine compiles for the first time
+    (backends/cuda_modules.py: a line before and one after, with the seconds it took), so that a first
+    run's start-up is not silent; None: no messages. Later builds of the same module come from CuPy's
+    on-disk cache and say nothing. (Here, not in cuda_modules, so that the CLI sets it without CuPy.)"""
+    global _compile_progress
+    _compile_progress = report
+
+
+def compile_progress():
+    """The callable set by set_compile_progress, or None."""
+    return _compile_progress
+
+
 class BuildMarks:
     """Which module builds this machine has made before: one empty file per build, named by a hash of
     everything the compiled code depends on (source text with its defines, options, target, compiler),

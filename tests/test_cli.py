@@ -31,6 +31,46 @@ def gen(tiny_ckpt, *args, input=None):
 # ---------------------------------------------------------------- generate
 
 
+class _BuildingRunner:
+    """A runner that reports kernel builds as a first CUDA run does: one before its prefill, one at
+    its first decode step (after the streamed text has begun)."""
+
+    def __init__(self, inner):
+        self._inner, self._decoded = inner, False
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def _report(self, what):
+        from gpt2block.kernel_source import compile_progress
+
+        compile_progress()(f"[gpt2block] compiling kernels/{what}.cu for this GPU (first run only; cached after) ...")
+
+    def prefill(self, *args, **kw):
+        self._report("prefill")
+        return self._inner.prefill(*args, **kw)
+
+    def decode(self, *args, **kw):
+        if not self._decoded:
+            self._decoded = True
+            self._report("decode")
+        return self._inner.decode(*args, **kw)
+
+
+def test_generate_keeps_build_messages_out_of_the_streamed_line(tiny_ckpt, monkeypatch):
+    """A first run's kernel builds (kernel_source.set_compile_progress, set by the CLI) go to stderr:
+    those before the first token come before the streamed prompt, and one after it starts a line of its
+    own; stdout is the same text as a run without them."""
+    plain = gen(tiny_ckpt, "The engine keeps", "-n", 6, "--seed", 5)
+    real = cli_mod.load_runner
+    monkeypatch.setattr(cli_mod, "load_runner", lambda *a: (lambda lr: (lr[0], _BuildingRunner(lr[1])))(real(*a)))
+    r = gen(tiny_ckpt, "The engine keeps", "-n", 6, "--seed", 5)
+    assert r.exit_code == 0, r.output
+    assert r.stdout == plain.stdout
+    assert "[gpt2block] compiling kernels/prefill.cu" in r.stderr and "\n[gpt2block] compiling kernels/prefill" not in r.stderr
+    assert "\n\n[gpt2block] compiling kernels/decode.cu" in r.stderr  # a line break of its own first
+
+
 def test_generate_streams_prompt_and_continuation(tiny_ckpt):
     r = gen(tiny_ckpt, "The engine keeps", "-n", 8, "--seed", 3)
     assert r.exit_code == 0, r.output

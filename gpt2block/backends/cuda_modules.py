@@ -14,7 +14,7 @@ import time
 
 import cupy as cp
 
-from ..kernel_source import ARCH_SPECIFIC, BuildMarks, read_source
+from ..kernel_source import ARCH_SPECIFIC, BuildMarks, compile_progress, read_source
 from . import cuda_launch
 
 NVRTC_OPTIONS = ("--std=c++17",)
@@ -44,17 +44,6 @@ class KernelCompileError(RuntimeError):
     """NVRTC rejected a kernel source; the message names the file and holds the log."""
 
 
-_progress = None  # set_compile_progress's callable
-
-
-def set_compile_progress(report) -> None:
-    """``report(message)`` is told of each module this machine compiles for the first time (before and
-    after, with the seconds it took), so that a first run's start-up is not silent; None: no messages.
-    Later builds of the same module come from CuPy's on-disk cache and say nothing."""
-    global _progress
-    _progress = report
-
-
 def _cache_folder() -> str:
     """CuPy's on-disk kernel cache (CUPY_CACHE_DIR, else its default)."""
     get = getattr(cp.cuda.compiler, "get_cache_dir", None)
@@ -71,7 +60,8 @@ def module(name: str, defines: tuple[tuple[str, object], ...] = ()) -> cp.RawMod
         options = NVRTC_OPTIONS + _arch_options(name)
         mod = cp.RawModule(code=src, options=options)
         marks, mark_key = None, ""
-        if _progress is not None:
+        progress = compile_progress()  # kernel_source.set_compile_progress's
+        if progress is not None:
             dev = cp.cuda.Device()
             mark_key = "\0".join((src, *options, str(dev.compute_capability), cp.__version__,
                                    str(cp.cuda.runtime.runtimeGetVersion())))
@@ -79,7 +69,7 @@ def module(name: str, defines: tuple[tuple[str, object], ...] = ()) -> cp.RawMod
             if marks.seen(mark_key):
                 marks = None
             else:
-                _progress(f"[gpt2block] compiling kernels/{name}.cu for this GPU (first run only; cached after) ...")
+                progress(f"[gpt2block] compiling kernels/{name}.cu for this GPU (first run only; cached after) ...")
         t0 = time.perf_counter()
         try:
             mod.compile()
@@ -87,7 +77,7 @@ def module(name: str, defines: tuple[tuple[str, object], ...] = ()) -> cp.RawMod
             raise KernelCompileError(f"kernels/{name}.cu failed to compile with NVRTC:\n{e}") from None
         if marks is not None:
             marks.mark(mark_key)
-            _progress(f"[gpt2block] compiled kernels/{name}.cu in {time.perf_counter() - t0:.1f} s")
+            progress(f"[gpt2block] compiled kernels/{name}.cu in {time.perf_counter() - t0:.1f} s")
         _modules[key] = mod
     return mod
 
