@@ -295,8 +295,9 @@ struct GemvNt {
 // The weights' L2 eviction priority in the one-token builds (_m1; GEMV_W_POLICY 1, else none given):
 // evict-first for every weight load, except GEMV_LM_PIN_BYTES_{BF16,F32} bytes of the LM head's rows
 // (gemv_*_nt_ln_m1; which rows: GEMV_LM_PIN_SPREAD), loaded evict-last, so that they stay in the L2
-// (60 MB on the H200) from one decode step to the next while the layers' weights stream past. gpt2 on the H200, tok/s
-// (docs/PERFORMANCE.md, version 23): bf16 b1 +1.3% with 24 MB kept, fp32 b1 +2.2% with none kept.
+// (60 MB on the H200) from one decode step to the next while the layers' weights stream past. gpt2 on
+// the H200, tok/s (docs/PERFORMANCE.md, version 23): bf16 b1 +1.3% with 24 MB kept, fp32 b1 +2.2% with
+// none kept.
 // The 8-token builds lost 1.4% with it, so they keep the plain loads.
 #ifndef GEMV_W_POLICY
 #define GEMV_W_POLICY 1
