@@ -12,6 +12,7 @@ of files in that folder are inlined here (each file once, like #pragma once), so
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -82,8 +83,6 @@ class BuildMarks:
         self.folder = Path(folder)
 
     def _path(self, key_text: str) -> Path:
-        import hashlib
-
         return self.folder / f"gpt2block-built-{hashlib.sha256(key_text.encode()).hexdigest()[:32]}"
 
     def seen(self, key_text: str) -> bool:
@@ -96,4 +95,3 @@ class BuildMarks:
             self._path(key_text).touch()
         except OSError:
             pass
-

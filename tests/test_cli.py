@@ -63,7 +63,12 @@ def test_generate_keeps_build_messages_out_of_the_streamed_line(tiny_ckpt, monke
     own; stdout is the same text as a run without them."""
     plain = gen(tiny_ckpt, "The engine keeps", "-n", 6, "--seed", 5)
     real = cli_mod.load_runner
-    monkeypatch.setattr(cli_mod, "load_runner", lambda *a: (lambda lr: (lr[0], _BuildingRunner(lr[1])))(real(*a)))
+
+    def building(*args):
+        loaded, runner = real(*args)
+        return loaded, _BuildingRunner(runner)
+
+    monkeypatch.setattr(cli_mod, "load_runner", building)
     r = gen(tiny_ckpt, "The engine keeps", "-n", 6, "--seed", 5)
     assert r.exit_code == 0, r.output
     assert r.stdout == plain.stdout
