@@ -253,18 +253,6 @@ __device__ __forceinline__ unsigned long long l2_policy(bool keep) {
     return pol;
 }
 
-// Fetch bytes [p, p + bytes) from global memory into the L2, no destination (p and bytes multiples of 16):
-// on sm_90 one request to the bulk copy engine, which the thread only queues; before it, one
-// prefetch.global.L2 per 128-byte line.
-__device__ __forceinline__ void l2_prefetch_bulk(const void* p, unsigned bytes) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-#else
-    const char* c = static_cast<const char*>(p);
-    for (unsigned i = 0; i < bytes; i += 128) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(c + i) : "memory");
-#endif
-}
-
 // Loads of read-only global data from a volatile asm, meant to be issued where they are written so
 // that their latency overlaps the barriers that follow (decode_layers.cu). ptxas may still move them
 // past griddepcontrol.wait (see ld_pre_wait above); not checked for decode_layers' grid barriers.

@@ -321,29 +321,6 @@ __device__ __forceinline__ bool gemv_lm_keep(long long pin_bytes, int n0, int ro
     const long long kept = min(groups, pin_bytes / ((long long)rows * K * wbytes));
     return (g + 1) * kept / groups > g * kept / groups;
 }
-// The decode step's LM head rows fetched into the L2 ahead of it (gemv_*_nt_ln_bias_kv: the last layer's
-// ln_1 + QKV kernel, before its pdl_wait): the layers read a quarter of HBM's bandwidth, the LM head
-// waits on HBM. The row groups of the LM head build (GemvNt<1, BF16, true>::ROWS rows) that
-// gemv_lm_keep counts in the first `bytes` but not in the build's own kept GEMV_LM_PIN_BYTES (those
-// stay in the L2 from step to step), one cp.async.bulk.prefetch.L2 each, spread over the grid's threads.
-struct GemvAhead {
-    const void* w;   // the LM head's weights [N, K], the kernel's weight type; NULL: nothing fetched
-    int N;
-    long long bytes;
-};
-template <bool BF16>
-__device__ __forceinline__ void gemv_l2_ahead(const GemvAhead a, int K) {
-    if (a.w == nullptr) return;
-    constexpr int ROWS = GemvNt<1, BF16, true>::ROWS, WB = BF16 ? 2 : 4;
-    constexpr long long KEPT = BF16 ? GEMV_LM_PIN_BYTES_BF16 : GEMV_LM_PIN_BYTES_F32;
-    const int groups = (a.N + ROWS - 1) / ROWS;
-    for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += gridDim.x * blockDim.x) {
-        const int n0 = g * ROWS;
-        if (gemv_lm_keep(a.bytes, n0, ROWS, a.N, K, WB) && !gemv_lm_keep(KEPT, n0, ROWS, a.N, K, WB))
-            l2_prefetch_bulk(static_cast<const char*>(a.w) + (long long)n0 * K * WB, min(ROWS, a.N - n0) * K * WB);
-    }
-}
-
 template <bool BF16>
 struct GemvRaw;  // 16 raw bytes of weights, loaded by ld_pre_wait4 (common.cuh) so that the first
                  // batch is issued where it is written, before pdl_wait, not sunk past it; with
@@ -547,7 +524,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
                                              const float* __restrict__ bias, const float* R, float* y,
                                              const float* __restrict__ ln_g, const float* __restrict__ ln_b,
                                              int M, int N, int K, float eps, int wpr, GemvKv kv,
-                                             GemvArgmax am = GemvArgmax{}, GemvAhead ahead = GemvAhead{}) {
+                                             GemvArgmax am = GemvArgmax{}) {
     constexpr int CPT = GemvW<BF16>::CPT;
     typedef GemvNt<MP, BF16, LN && EPI == GEMV_EPI_NONE> Build;
     constexpr int ROWS = Build::ROWS;  // weight rows per warp at a time
@@ -618,7 +595,6 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     load_batch(k_lo + lane * CPT);  // weights only: before the wait
     epi_bias(first + group * ROWS);
     if (LN) gemv_ln_stage_gb(ln_g, ln_b, xs + M * K, K);
-    if (KV) gemv_l2_ahead<BF16>(ahead, K);
     pdl_wait();
     epi_res(first + group * ROWS);
     long long e_kv = 0;  // KV: token e_m's cache row and position, as an offset
@@ -774,11 +750,9 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
                      const float* __restrict__ bias, const float* R, float* y, const float* __restrict__ ln_g,   \
                      const float* __restrict__ ln_b, int M, int N, int K, float eps, int wpr,                    \
                      const int* __restrict__ seq, const int* __restrict__ pos, float* __restrict__ k_cache,      \
-                     float* __restrict__ v_cache, long long batch_stride, const void* ahead_w, int ahead_n,     \
-                     long long ahead_bytes) {                                                                    \
+                     float* __restrict__ v_cache, long long batch_stride) {                                      \
         const GemvKv kv{seq, pos, k_cache, v_cache, batch_stride, N / 3};                                     \
-        gemv_nt_body<bf16, GEMV_EPI_BIAS, true, true, mp>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, kv, \
-                                                          GemvArgmax{}, GemvAhead{ahead_w, ahead_n, ahead_bytes}); \
+        gemv_nt_body<bf16, GEMV_EPI_BIAS, true, true, mp>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, kv); \
     }
 #define GEMV_NT_KV_KERNEL(name, bf16)     \
     GEMV_NT_KV_KERNEL_MP(name, bf16, 1)   \

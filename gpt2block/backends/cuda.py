@@ -48,18 +48,16 @@ import numpy as np
 from ..config import HEAD_DIM, GPT2Config
 from ..layout import block_layout
 from ..weights import ModelWeights
-from . import cuda_attention, cuda_decode, cuda_linear, cuda_modules, cuda_ops
+from . import cuda_attention, cuda_decode, cuda_linear, cuda_modules, cuda_ops, cuda_proj_fc
 from .base import Cache, Runner, check_ids
 
 # precision mode -> (GEMM variant, attention variant); bf16 mode stores the decode matrices as bf16
 VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32"), "bf16": ("tf32x3", "tf32x3f")}
 MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
 HEAD_ARGMAX = True  # at batch 1 the decode LM head GEMV takes the argmax itself (version 21); False: argmax_rows_f32
-# The five-kernel decode step at batch <= 8: the LM head's first bytes (gemv_lm_keep's spread rows)
-# fetched into the L2 by the ln_1 + QKV kernel LM_L2_AHEAD_LAYER layers before the end (1: the last
-# layer), while the layers leave HBM mostly idle (cuda_linear.gemv_nt's l2_ahead). 0: none.
-LM_L2_AHEAD_BYTES = {"fp32": 0, "tf32": 0, "bf16": 40 << 20}
-LM_L2_AHEAD_LAYER = 1
+# bf16 batch 1: the attention projection and ln_2 + FC in one kernel where a build exists for the width
+# (cuda_proj_fc.proj_fc_plan); False: the two GEMVs
+PROJ_FC = True
 FUSED_AUTO_MIN_D = 1600  # fused_decode="auto": only gpt2-xl with bf16 weights is faster fused (version 17)
 
 
@@ -181,6 +179,7 @@ class CudaRunner(Runner):
             self.wte_planes = cuda_linear.prepare_planes(self.wte, self.gemm_variant, transposed=True)
         self.ws = BlockWorkspace(c.n_positions, c.n_embd)
         self.x = cp.empty((c.n_positions, c.n_embd), cp.float32)  # residual stream
+        self.x1 = cp.empty((cuda_linear.GEMV_MAX_M, c.n_embd), cp.float32)  # after attention (proj_fc)
         self.hf = cp.empty((c.n_positions, c.n_embd), cp.float32)  # ln_f output
         self._logits = None  # [rows, V], grown on demand
         self._argmax = cp.empty(c.n_positions, cp.int32)
@@ -323,9 +322,7 @@ class CudaRunner(Runner):
                 cache_batch_stride=cache.batch_stride, max_len=c.n_positions)
             if b <= cuda_linear.GEMV_MAX_M:
                 kv = (d_seq, d_pos, k_cache, v_cache, cache.batch_stride)
-                ahead = LM_L2_AHEAD_BYTES.get(self.precision, 0)
-                ahead = (self.wte_dec, ahead) if ahead and layer == c.n_layer - LM_L2_AHEAD_LAYER else None
-                self._decode_block_gemv(w, self.dec_mats[layer], b, attend, kv, ahead)
+                self._decode_block_gemv(w, self.dec_mats[layer], b, attend, kv)
             else:
                 run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                           attend=attend, after_qkv=store, planes=self._planes(layer))
@@ -352,17 +349,22 @@ class CudaRunner(Runner):
             self._fused = cuda_decode.DecodeLayers(self.block_views, self.dec_mats, self.config)
         return self._fused.plan(b) is not None
 
-    def _decode_block_gemv(self, w, mats, b: int, attend, kv, l2_ahead=None) -> None:
+    def _decode_block_gemv(self, w, mats, b: int, attend, kv) -> None:
         """One block for b <= GEMV_MAX_M new tokens: four GEMVs over the transposed matrices,
         the LayerNorms fused into the QKV and FC GEMVs, the K / V store into the QKV GEMV
-        (``kv``: gemv_nt's argument; ``l2_ahead`` its LM-head fetch), the residual adds into the projections."""
+        (``kv``: gemv_nt's argument), the residual adds into the projections."""
         eps = self.config.layer_norm_epsilon
         x, ws = self.x[:b], self.ws
         qkv, att, f = ws.qkv[:b], ws.att[:b], ws.f[:b]
         gemv_nt = cuda_linear.gemv_nt
-        gemv_nt(x, mats["w_qkv"], qkv, bias=w["b_qkv"], epilogue="bias", ln=(w["ln1_g"], w["ln1_b"], eps), kv=kv,
-                l2_ahead=l2_ahead)
+        gemv_nt(x, mats["w_qkv"], qkv, bias=w["b_qkv"], epilogue="bias", ln=(w["ln1_g"], w["ln1_b"], eps), kv=kv)
         attend(qkv, att)
+        if b == 1 and PROJ_FC and self.precision == "bf16" and cuda_proj_fc.proj_fc_plan(self.config.n_embd):
+            x1 = self.x1[:b]  # the attention projection and ln_2 + FC in one kernel
+            cuda_proj_fc.proj_fc(att, x, mats["w_attn"], w["b_attn"], x1, (w["ln2_g"], w["ln2_b"], eps),
+                                 mats["w_fc"], w["b_fc"], f)
+            gemv_nt(f, mats["w_proj"], x, bias=w["b_proj"], epilogue="bias_residual", residual=x1)
+            return
         gemv_nt(att, mats["w_attn"], x, bias=w["b_attn"], epilogue="bias_residual", residual=x)
         gemv_nt(x, mats["w_fc"], f, bias=w["b_fc"], epilogue="bias_gelu", ln=(w["ln2_g"], w["ln2_b"], eps))
         gemv_nt(f, mats["w_proj"], x, bias=w["b_proj"], epilogue="bias_residual", residual=x)

@@ -508,8 +508,7 @@ def gemv(x, w, bias, out, *, epilogue="bias", residual=None, stream=None):
     launch(kernel("gemv", name), (strips, splits, 1), (_GEMV_THREADS, 1, 1), args, 0, stream)
 
 
-def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=None, argmax=None, l2_ahead=None,
-            stream=None):
+def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=None, argmax=None, stream=None):
     """out[M,N] = epi(x'[M,K] @ w[N,K]^T (+ bias[N])) for M <= GEMV_MAX_M; w float32 or bf16 bits
     holding W transposed (one contiguous row per output); K a multiple of 4 (float32) or 8 (bf16).
 
@@ -531,13 +530,7 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     batch-1 decode step): also ids[0] = the first index of the largest output, as
     cuda_ops.argmax_rows gives it from out (ids int32 [1] on the device); ``advance`` (int32 [4, 1]:
     a decode step's ids, seq, pos, lengths; or None) moved on to the next greedy step, and
-    ``host_out`` (cuda_ops.MappedInts of 1, or None) given the id too, as argmax_rows does.
-
-    ``l2_ahead = (w_lm, nbytes)`` (with kv; the decode step's last ln_1 + QKV): before its wait the
-    kernel also fetches into the L2 the row groups of ``w_lm`` (the LM head's weights [V, K], w's
-    dtype) that the one-token LM head build counts in its first ``nbytes`` and does not keep in the
-    L2 itself, so that the LM head after the last layer reads them from there. Only a cache hint:
-    the results do not depend on it."""
+    ``host_out`` (cuda_ops.MappedInts of 1, or None) given the id too, as argmax_rows does."""
     _check_rows(x, "x")
     _check_weights(w, "w", "[N, K]")
     m, k = x.shape
@@ -592,9 +585,7 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
         _check_out(k_cache, "k_cache", {**inputs, "v_cache": v_cache})  # the caches are outputs too
         _check_out(v_cache, "v_cache", inputs)
         caches = {"k_cache": k_cache, "v_cache": v_cache}
-        kv_args = (seq, pos, k_cache, v_cache, np.int64(batch_stride)) + _gemv_ahead_args(l2_ahead, w)
-    elif l2_ahead is not None:
-        raise ValueError("l2_ahead (the LM head's rows fetched into the L2) needs kv (the ln_1 + QKV product)")
+        kv_args = (seq, pos, k_cache, v_cache, np.int64(batch_stride))
     _check_out(out, "out", {"x": x, "w": w, "bias": bias, "ln gain": g, "ln bias": b, **caches}, residual)
     if argmax is not None and (ln is None or epilogue is not None):
         raise ValueError("argmax needs ln and no epilogue (ln_f + the LM head)")
@@ -617,22 +608,6 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     smem = (m + 2) * k * 4 if ln is not None else 0
     launch(kernel("gemv", name, defines), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args, smem, stream,
            programmatic=True)
-
-
-def _gemv_ahead_args(l2_ahead, w) -> tuple:
-    """The three GemvAhead arguments of gemv_*_nt_ln_bias_kv (kernels/gemv.cu): NULL, 0, 0 for none."""
-    if l2_ahead is None:
-        return (_NULL, np.int32(0), np.int64(0))
-    if not isinstance(l2_ahead, tuple) or len(l2_ahead) != 2:
-        raise ValueError("l2_ahead must be a tuple (w_lm, nbytes)")
-    w_lm, nbytes = l2_ahead
-    _check_weights(w_lm, "l2_ahead w_lm", "[V, K]")
-    if w_lm.dtype != w.dtype or w_lm.shape[1] != w.shape[1]:
-        raise ValueError(f"l2_ahead w_lm must be {w.dtype} [V, {w.shape[1]}] like w; got {w_lm.dtype} "
-                         f"{tuple(w_lm.shape)}")
-    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or not 0 <= nbytes < 2**62:
-        raise ValueError(f"l2_ahead nbytes must be an int in [0, 2**62); got {nbytes!r}")
-    return (w_lm, _i32(w_lm.shape[0], "l2_ahead rows"), np.int64(nbytes))
 
 
 def _gemv_argmax_args(argmax, m: int, grid: int, stream) -> tuple:

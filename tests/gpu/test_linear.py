@@ -404,37 +404,6 @@ def test_gemv_nt_kv_store(checks, wdtype, m, d):
     assert np.isnan(host).all(), "the kv store wrote outside its rows"
 
 
-@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
-@pytest.mark.parametrize("m,d,v", [(1, 768, 50257), (1, 1600, 1001), (2, 64, 37), (8, 1024, 4099)])
-def test_gemv_nt_l2_ahead_changes_no_bit(checks, wdtype, m, d, v):
-    """The LM head's rows fetched into the L2 by ln_1 + QKV (l2_ahead) are a cache hint only: out and
-    the K / V cache bit-equal to the kernel without it, for no bytes, some, and more than the head has."""
-    import cupy as cp
-    import numpy as np
-
-    L = checks.L
-    rng = cp.random.default_rng()
-    x = rng.standard_normal((m, d), dtype=cp.float32)
-    w = rng.standard_normal((3 * d, d), dtype=cp.float32) * 0.02
-    w_lm = rng.standard_normal((v, d), dtype=cp.float32) * 0.02
-    if wdtype == "bf16":
-        w, w_lm = L.to_bf16_bits(w), L.to_bf16_bits(w_lm)
-    bias = rng.standard_normal(3 * d, dtype=cp.float32) * 0.02
-    ln = (rng.uniform(0.8, 1.2, d, dtype=cp.float32), rng.standard_normal(d, dtype=cp.float32) * 0.1, 1e-5)
-    seq = cp.arange(m, dtype=cp.int32)
-    pos = cp.asarray(np.random.default_rng().integers(0, 16, m).astype(np.int32))
-    results = []
-    for ahead in (None, (w_lm, 0), (w_lm, 3 << 20), (w_lm, 1 << 40)):
-        kv = cp.full((m, 2, 16, d), cp.nan, cp.float32)
-        out = cp.full((m, 3 * d), cp.nan, cp.float32)
-        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=(seq, pos, kv[0, 0], kv[0, 1], 2 * 16 * d),
-                  l2_ahead=ahead)
-        results.append((cp.asnumpy(out).view(np.uint32), cp.asnumpy(kv).view(np.uint32)))
-    for out, kv in results[1:]:
-        np.testing.assert_array_equal(out, results[0][0])
-        np.testing.assert_array_equal(kv, results[0][1])
-
-
 def test_gemv_nt_kv_bad_arguments(checks):
     import cupy as cp
 
@@ -468,20 +437,6 @@ def test_gemv_nt_kv_bad_arguments(checks):
         L.gemv_nt(x, w, cache.reshape(-1)[:384].reshape(2, 192), bias=bias, epilogue="bias", ln=ln, kv=good)
     with pytest.raises(ValueError, match="N = 3 \\* D"):
         L.gemv_nt(x, w[:190], cp.zeros((2, 190), cp.float32), bias=bias[:190], epilogue="bias", ln=ln, kv=good)
-    w_lm = cp.zeros((1000, 64), cp.float32)
-    with pytest.raises(ValueError, match="l2_ahead .* needs kv"):
-        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, l2_ahead=(w_lm, 1 << 20))
-    with pytest.raises(ValueError, match="l2_ahead must be a tuple"):
-        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=good, l2_ahead=w_lm)
-    with pytest.raises(ValueError, match=r"l2_ahead w_lm must be float32 \[V, 64\]"):
-        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=good, l2_ahead=(w_lm[:, :32], 1 << 20))
-    with pytest.raises(ValueError, match=r"l2_ahead w_lm must be float32"):
-        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=good,
-                  l2_ahead=(cp.zeros((1000, 64), cp.uint16), 1 << 20))
-    with pytest.raises(ValueError, match="l2_ahead nbytes must be an int"):
-        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=good, l2_ahead=(w_lm, -1))
-    with pytest.raises(ValueError, match="l2_ahead nbytes must be an int"):
-        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=good, l2_ahead=(w_lm, 2.5))
 
 
 @pytest.mark.parametrize("wdtype", ["f32", "bf16"])

@@ -311,34 +311,6 @@ def test_programmatic_launch_changes_no_bit(hf_models, precision):
     np.testing.assert_array_equal(results[0], results[2])
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_lm_head_l2_ahead_changes_no_bit(hf_models, precision, monkeypatch):
-    """The last layer's fetch of the LM head's rows into the L2 (cuda.LM_L2_AHEAD_BYTES) is a cache
-    hint only: greedy tokens and decode logits bit-equal with it off, on, and fetching every row
-    from one layer earlier, at batch 1 (the LM head's own argmax) and 3."""
-    from gpt2block.backends import cuda
-
-    path, _ = hf_models[768]
-    weights = load_weights(path)
-    rng = np.random.default_rng()
-    prompts = [rng.integers(0, 50257, n) for n in (5, 30, 2)]
-    results = []
-    for nbytes, layer in ((0, 1), (40 << 20, 1), (1 << 40, 2)):
-        monkeypatch.setitem(cuda.LM_L2_AHEAD_BYTES, precision, nbytes)
-        monkeypatch.setattr(cuda, "LM_L2_AHEAD_LAYER", layer)
-        runner = make_runner(weights, "cuda", precision)
-        got = []
-        for batch in (1, 3):
-            cache = runner.new_cache(batch)
-            first = np.array([runner.prefill(cache, r, prompts[r]).argmax() for r in range(batch)])
-            got.append(np.stack(list(runner.greedy_steps(cache, first, max_steps=6))))
-            got.append(runner.decode(cache, first).view(np.uint32))
-        results.append(got)
-    for got in results[1:]:
-        for a, b in zip(got, results[0]):
-            np.testing.assert_array_equal(a, b)
-
-
 def test_decode_graph_survives_other_work(hf_models):
     """A cache's captured decode graph keeps writing where its step reads: after a forward()
     of 20 tokens (which regrows the runner's prefill logits buffer) and another cache's steps
