@@ -167,6 +167,8 @@ extern "C" __global__ void PF_CLUSTER_DIMS __launch_bounds__(32 * PF_WARPS, 1)
         s += __shfl_xor_sync(0xffffffffu, s, m);
         q += __shfl_xor_sync(0xffffffffu, q, m);
     }
+    s = __shfl_sync(0xffffffffu, s, 0);  // the warp's sums, on lanes 0, 32 / RO, ... only until here
+    q = __shfl_sync(0xffffffffu, q, 0);
     const float row = __shfl_sync(0xffffffffu, v, (lane % RO) * (32 / RO));  // row lane % RO's x1
 
     // Into every block of the cluster: the rows to xs[o0 ..], the sums to part[rank][warp]
