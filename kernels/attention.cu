@@ -56,7 +56,6 @@
 #include "common.cuh"
 #include "mma.cuh"
 #include "attention_split.cuh"
-#include "cluster.cuh"  // the cluster barrier and the stores into rank 0's shared memory
 
 #define ATTN_LDS 68                       // shared row stride (floats) of a 64-wide tile: 16-byte rows, no bank conflicts
 #define ATTN_TILE_FLOATS (64 * ATTN_LDS)  // one 64 x 64 tile
@@ -537,6 +536,36 @@ attention_prefill_split_tf32(const float* __restrict__ q, int q_stride, const fl
 #define ATTN_DEC_CLUSTER_DIMS
 #define ATTN_DEC_RANKS 1
 #endif
+
+// Cluster barrier halves and a store into another block's shared memory (sm_90; with one block
+// per (b, h) on older targets none of them is reached).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_arrive_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait_acquire() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+// *p = v, where p is this block's shared address of a variable and the store goes to the same
+// variable of the cluster's block `rank`.
+__device__ __forceinline__ void st_cluster_f32(float* p, int rank, float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned local = (unsigned)__cvta_generic_to_shared(p);
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
+#else
+    *p = v;
+#endif
+}
 
 // A round's keys and values in registers: group grp takes keys grp + 8j of [k0, k0 + n), all in
 // flight at once (k, v: the head's columns of key 0, lane16's float4 already added; row stride D).

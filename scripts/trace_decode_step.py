@@ -90,17 +90,6 @@ EDITS = {
         ("    if (ARGMAX && am.out != nullptr) gemv_argmax_finish<MP>(am, best_v, best_i, M, lane, warp);\n",
          "    __syncthreads();\n    tr_mark(12);\n    tr_gmark(14);\n"),
     ],
-    "proj_fc.cu": [  # the gemv points: x = a landed, dot = x1's rows summed, sum = the cluster barrier
-        # passed, ln = w = the statistics formed, out = the FC rows summed, end
-        ("        const float4 lo = ap[0], hi = ap[1];\n",
-         "        if (j == 0) {\n            " + DUMMY.format("lo") + "\n            tr_mark(5);\n        }\n"),
-        ("    const float v = (warp_sums<RO>(acc, lane) + bo_mine) + x_mine;  // row o_mine's x1 (on its owner)\n",
-         "    tr_mark(16);\n"),
-        ("    cluster_wait_acquire();    // and every block's\n", "    tr_mark(17);\n"),
-        ("    const LnRow st = ln_row_stats(ss, qq, ln_inv_n(D), eps);\n", "    tr_mark(8);\n    tr_mark(9);\n"),
-        ("    const float h = warp_sums<RF>(acc2, lane);\n", "    tr_mark(10);\n"),
-        ("    if (n_own) f[n_mine] = gelu_tanh(h + bf_mine);\n", "    __syncthreads();\n    tr_mark(12);\n    tr_gmark(14);\n"),
-    ],
     "attention.cu": [
         ("    qv.x *= ATTN_SCALE; qv.y *= ATTN_SCALE; qv.z *= ATTN_SCALE; qv.w *= ATTN_SCALE;\n",
          "    " + DUMMY.format("qv") + "\n    tr_mark(5);\n"),

@@ -37,8 +37,6 @@ CASES = [  # (source, kernel, -D flags)
     ("gemv.cu", "gemv_bf16_nt_bias_residual_m1", ("-DGEMV_NT_MIN_BLOCKS_M1_BF16=4",)),  # medium's
     ("gemv.cu", "gemv_f32_nt_ln_bias_kv_m1", ()),
     ("gemv.cu", "gemv_f32_nt_ln_bias_gelu_m1", ()),
-    ("proj_fc.cu", "proj_fc_bf16_m1", ("-DPF_WO_SMEM=0",)),
-    ("proj_fc.cu", "proj_fc_bf16_m1", ("-DPF_WO_SMEM=1",)),  # Wf's loads (Wo goes by cp.async)
     ("attention.cu", "attention_decode_f32", ("-DATTN_DEC_CLUSTER=8",)),
     ("attention.cu", "attention_decode_f32", ("-DATTN_DEC_CLUSTER=4",)),
 ]

@@ -48,16 +48,13 @@ import numpy as np
 from ..config import HEAD_DIM, GPT2Config
 from ..layout import block_layout
 from ..weights import ModelWeights
-from . import cuda_attention, cuda_decode, cuda_linear, cuda_modules, cuda_ops, cuda_proj_fc
+from . import cuda_attention, cuda_decode, cuda_linear, cuda_modules, cuda_ops
 from .base import Cache, Runner, check_ids
 
 # precision mode -> (GEMM variant, attention variant); bf16 mode stores the decode matrices as bf16
 VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32"), "bf16": ("tf32x3", "tf32x3f")}
 MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
 HEAD_ARGMAX = True  # at batch 1 the decode LM head GEMV takes the argmax itself (version 21); False: argmax_rows_f32
-# bf16 batch 1: the attention projection and ln_2 + FC in one kernel where a build exists for the width
-# (cuda_proj_fc.proj_fc_plan); False: the two GEMVs
-PROJ_FC = True
 FUSED_AUTO_MIN_D = 1600  # fused_decode="auto": only gpt2-xl with bf16 weights is faster fused (version 17)
 
 
@@ -179,7 +176,6 @@ class CudaRunner(Runner):
             self.wte_planes = cuda_linear.prepare_planes(self.wte, self.gemm_variant, transposed=True)
         self.ws = BlockWorkspace(c.n_positions, c.n_embd)
         self.x = cp.empty((c.n_positions, c.n_embd), cp.float32)  # residual stream
-        self.x1 = cp.empty((cuda_linear.GEMV_MAX_M, c.n_embd), cp.float32)  # after attention (proj_fc)
         self.hf = cp.empty((c.n_positions, c.n_embd), cp.float32)  # ln_f output
         self._logits = None  # [rows, V], grown on demand
         self._argmax = cp.empty(c.n_positions, cp.int32)
@@ -359,12 +355,6 @@ class CudaRunner(Runner):
         gemv_nt = cuda_linear.gemv_nt
         gemv_nt(x, mats["w_qkv"], qkv, bias=w["b_qkv"], epilogue="bias", ln=(w["ln1_g"], w["ln1_b"], eps), kv=kv)
         attend(qkv, att)
-        if b == 1 and PROJ_FC and self.precision == "bf16" and cuda_proj_fc.proj_fc_plan(self.config.n_embd):
-            x1 = self.x1[:b]  # the attention projection and ln_2 + FC in one kernel
-            cuda_proj_fc.proj_fc(att, x, mats["w_attn"], w["b_attn"], x1, (w["ln2_g"], w["ln2_b"], eps),
-                                 mats["w_fc"], w["b_fc"], f)
-            gemv_nt(f, mats["w_proj"], x, bias=w["b_proj"], epilogue="bias_residual", residual=x1)
-            return
         gemv_nt(att, mats["w_attn"], x, bias=w["b_attn"], epilogue="bias_residual", residual=x)
         gemv_nt(x, mats["w_fc"], f, bias=w["b_fc"], epilogue="bias_gelu", ln=(w["ln2_g"], w["ln2_b"], eps))
         gemv_nt(f, mats["w_proj"], x, bias=w["b_proj"], epilogue="bias_residual", residual=x)

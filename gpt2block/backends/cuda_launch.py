@@ -101,37 +101,3 @@ def launch_programmatic(func_ptr: int, name: str, grid, block, args, shared_mem:
         msg = ctypes.c_char_p()
         lib.cuGetErrorName(rc, ctypes.byref(msg))
         raise RuntimeError(f"{name}: cuLaunchKernelEx failed with {(msg.value or b'?').decode()} ({rc})")
-
-
-CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CUfunction_attribute in cuda.h
-
-
-def _check(rc: int, what: str) -> None:
-    if rc != 0:
-        msg = ctypes.c_char_p()
-        _lib().cuGetErrorName(rc, ctypes.byref(msg))
-        raise RuntimeError(f"{what} failed with {(msg.value or b'?').decode()} ({rc})")
-
-
-def allow_non_portable_clusters(func_ptr: int, name: str) -> None:
-    """Let the CUfunction ``func_ptr`` run clusters of more than 8 blocks (sm_90 takes up to 16)."""
-    lib = _lib()
-    lib.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-    lib.cuFuncSetAttribute.restype = ctypes.c_int
-    _check(lib.cuFuncSetAttribute(ctypes.c_void_p(func_ptr), CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
-           f"{name}: cuFuncSetAttribute(non-portable cluster size)")
-
-
-def max_active_clusters(func_ptr: int, name: str, grid, block, shared_mem: int) -> int:
-    """How many clusters of the CUfunction ``func_ptr`` (its cluster size compiled in) the device holds
-    at once with this launch's block and shared memory (cuOccupancyMaxActiveClusters, an empty GPU)."""
-    lib = _lib()
-    lib.cuOccupancyMaxActiveClusters.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
-                                                 ctypes.POINTER(LaunchConfig)]
-    lib.cuOccupancyMaxActiveClusters.restype = ctypes.c_int
-    dims = [int(v) for v in grid] + [1] * (3 - len(grid)) + [int(v) for v in block] + [1] * (3 - len(block))
-    cfg = LaunchConfig(*dims, int(shared_mem), None, None, 0)
-    n = ctypes.c_int(0)
-    _check(lib.cuOccupancyMaxActiveClusters(ctypes.byref(n), ctypes.c_void_p(func_ptr), ctypes.byref(cfg)),
-           f"{name}: cuOccupancyMaxActiveClusters")
-    return n.value
