@@ -358,25 +358,6 @@ __device__ __forceinline__ void gemv_row_sums(const float4* row, int K4, int fir
     q = warp_sum(q);
 }
 
-// The decode step's embedding inside its first kernel (gemv_*_nt_ln_bias_kv with ids != NULL: layer 0's
-// ln_1 + QKV): the LayerNorm's input row m is wte[ids[m]] + wpe[pos[m]] (float32, as embedding_f32
-// forms it), read after pdl_wait, and block 0 also stores it to x [M, K] (the residual stream, which
-// the attention projection reads next). The step then needs no embedding kernel, the one plain
-// launch that used to start it; the kernel takes that role (gpt2block launches it plainly).
-struct GemvEmbed {
-    const int* ids;    // [M] token ids (in range: the caller's contract), or NULL: x is the input
-    const int* pos;    // [M] positions
-    const float* wte;  // [vocab, K]
-    const float* wpe;  // [n_ctx, K]
-    float* x;          // [M, K] the embeddings, written by block 0
-};
-__device__ __forceinline__ void gemv_embed4(float4* dst, const float4* e, const float4* p, float* x, long long i) {
-    const float4 a = *e, b = *p;
-    const float4 v = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-    *dst = v;
-    if (blockIdx.x == 0) reinterpret_cast<float4*>(x)[i] = v;
-}
-
 // Rows 0 .. M-1 of x [M, K] into xs [M][K] as LayerNorm(x; g, b), warp w taking rows w, w + 8, ...:
 // g and b are staged in shared memory before pdl_wait (gemv_ln_stage_gb: they are weights, so their
 // round trip overlaps the kernel before). Each lane copies its 16-byte pieces of the row into shared
@@ -400,21 +381,14 @@ __device__ __forceinline__ void gemv_ln_stage_gb(const float* __restrict__ g, co
 }
 
 __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const float* gbs, float* xs, int M, int K,
-                                             float eps, const GemvEmbed emb = GemvEmbed{}) {
+                                             float eps) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, K4 = K >> 2;
     const double inv_k = ln_inv_n(K);
     float4* xs4 = reinterpret_cast<float4*>(xs);
     const float4* gs4 = reinterpret_cast<const float4*>(gbs);
     const float4* bs4 = gs4 + K4;
-    for (int m = warp; m < M; m += GEMV_NT_WARPS) {
-        if (emb.ids != nullptr) {
-            const float4* e = reinterpret_cast<const float4*>(emb.wte + (long long)emb.ids[m] * K);
-            const float4* p = reinterpret_cast<const float4*>(emb.wpe + (long long)emb.pos[m] * K);
-            for (int k = lane; k < K4; k += 32) gemv_embed4(xs4 + m * K4 + k, e + k, p + k, emb.x, (long long)m * K4 + k);
-        } else {
-            for (int k = lane; k < K4; k += 32) cp_async16(xs4 + m * K4 + k, reinterpret_cast<const float4*>(x) + (long long)m * K4 + k, 16);
-        }
-    }
+    for (int m = warp; m < M; m += GEMV_NT_WARPS)
+        for (int k = lane; k < K4; k += 32) cp_async16(xs4 + m * K4 + k, reinterpret_cast<const float4*>(x) + (long long)m * K4 + k, 16);
     cp_async_commit();
     cp_async_wait<0>();  // this thread's copies: its row pieces and its share of g and b
     __syncthreads();     // everyone's share of g and b
@@ -439,19 +413,13 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
 #define GEMV_LN_BLOCK_M1 1  // 0: one warp per row at one token as well (for measuring)
 #endif
 __device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, const float* gbs, float* xs, int K,
-                                                  float eps, const GemvEmbed emb = GemvEmbed{}) {
+                                                  float eps) {
     __shared__ double part[GEMV_NT_WARPS][2];  // each warp's sum and sum of squares
     const int tid = threadIdx.x, warp = tid >> 5, K4 = K >> 2;
     float4* xs4 = reinterpret_cast<float4*>(xs);
     const float4* gs4 = reinterpret_cast<const float4*>(gbs);
     const float4* bs4 = gs4 + K4;
-    if (emb.ids != nullptr) {
-        const float4* e = reinterpret_cast<const float4*>(emb.wte + (long long)emb.ids[0] * K);
-        const float4* p = reinterpret_cast<const float4*>(emb.wpe + (long long)emb.pos[0] * K);
-        for (int k = tid; k < K4; k += GEMV_NT_THREADS) gemv_embed4(xs4 + k, e + k, p + k, emb.x, k);
-    } else {
-        for (int k = tid; k < K4; k += GEMV_NT_THREADS) cp_async16(xs4 + k, reinterpret_cast<const float4*>(x) + k, 16);
-    }
+    for (int k = tid; k < K4; k += GEMV_NT_THREADS) cp_async16(xs4 + k, reinterpret_cast<const float4*>(x) + k, 16);
     cp_async_commit();
     cp_async_wait<0>();  // this thread's pieces and its share of g and b
     double s, q;
@@ -551,12 +519,12 @@ __device__ __forceinline__ void gemv_argmax_finish(const GemvArgmax am, float be
 #ifndef GEMV_M1_HALVE
 #define GEMV_M1_HALVE 1  // 0: one warp_sum per row (for measuring)
 #endif
-template <bool BF16, int EPI, bool LN, bool KV, int MP, bool ARGMAX = false, bool EMB = false>
+template <bool BF16, int EPI, bool LN, bool KV, int MP, bool ARGMAX = false>
 __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const typename GemvW<BF16>::T* __restrict__ w,
                                              const float* __restrict__ bias, const float* R, float* y,
                                              const float* __restrict__ ln_g, const float* __restrict__ ln_b,
                                              int M, int N, int K, float eps, int wpr, GemvKv kv,
-                                             GemvArgmax am = GemvArgmax{}, GemvEmbed emb = GemvEmbed{}) {
+                                             GemvArgmax am = GemvArgmax{}) {
     constexpr int CPT = GemvW<BF16>::CPT;
     typedef GemvNt<MP, BF16, LN && EPI == GEMV_EPI_NONE> Build;
     constexpr int ROWS = Build::ROWS;  // weight rows per warp at a time
@@ -633,9 +601,9 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     if (KV && e_m < M) e_kv = kv.seq[e_m] * kv.batch_stride + (long long)kv.pos[e_m] * kv.D;
     if (LN) {  // the whole block
         if (MP == 1 && GEMV_LN_BLOCK_M1)
-            gemv_ln_row_block(x, xs + K, xs, K, eps, EMB ? emb : GemvEmbed{});
+            gemv_ln_row_block(x, xs + K, xs, K, eps);
         else
-            gemv_ln_rows(x, xs + M * K, xs, M, K, eps, EMB ? emb : GemvEmbed{});
+            gemv_ln_rows(x, xs + M * K, xs, M, K, eps);
     }
 
     float best_v = NEG_INF_F32;  // ARGMAX: the best of this lane's stored outputs (token e_m)
@@ -775,10 +743,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     GEMV_NT_LM_KERNEL_MP(name, bf16, 8)
 
 // ln_1 + QKV with the K / V store of the decode step (N = 3D): y as gemv_*_nt_ln_bias, and
-// keys and values into the cache (GemvKv). The _emb builds (layer 0 of a decode step) take the extra
-// arguments (const int* emb_ids, const float* wte, const float* wpe): their LayerNorm input is the
-// tokens' embeddings, which block 0 also stores to x (GemvEmbed); a build of its own, so that the other
-// layers' kernel is unchanged.
+// keys and values into the cache (GemvKv).
 #define GEMV_NT_KV_KERNEL_MP(name, bf16, mp)                                                                  \
     extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GemvNt<mp, bf16, false>::MIN_BLOCKS)        \
         name##_m##mp(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w,                          \
@@ -788,18 +753,6 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
                      float* __restrict__ v_cache, long long batch_stride) {                                      \
         const GemvKv kv{seq, pos, k_cache, v_cache, batch_stride, N / 3};                                     \
         gemv_nt_body<bf16, GEMV_EPI_BIAS, true, true, mp>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, kv); \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GemvNt<mp, bf16, false>::MIN_BLOCKS)        \
-        name##_emb_m##mp(float* x, const GemvW<bf16>::T* __restrict__ w, const float* __restrict__ bias,         \
-                         const float* R, float* y, const float* __restrict__ ln_g, const float* __restrict__ ln_b, \
-                         int M, int N, int K, float eps, int wpr, const int* __restrict__ seq,                    \
-                         const int* __restrict__ pos, float* __restrict__ k_cache, float* __restrict__ v_cache,  \
-                         long long batch_stride, const int* __restrict__ emb_ids, const float* __restrict__ wte,  \
-                         const float* __restrict__ wpe) {                                                        \
-        const GemvKv kv{seq, pos, k_cache, v_cache, batch_stride, N / 3};                                     \
-        const GemvEmbed emb{emb_ids, pos, wte, wpe, x};                                                       \
-        gemv_nt_body<bf16, GEMV_EPI_BIAS, true, true, mp, false, true>(x, w, bias, R, y, ln_g, ln_b, M, N, K,  \
-                                                                       eps, wpr, kv, GemvArgmax{}, emb);      \
     }
 #define GEMV_NT_KV_KERNEL(name, bf16)     \
     GEMV_NT_KV_KERNEL_MP(name, bf16, 1)   \

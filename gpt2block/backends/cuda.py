@@ -21,8 +21,7 @@ the same five steps below as phases, the blocks of the grid meeting at a barrier
 where its activations and weight ring fit one SM's shared memory: fused_decode=True, or "auto"
 (the default), which picks it where it measured faster (fused_auto; docs/PERFORMANCE.md, versions
 4, 12, 14, 15 and 17): bf16 weights from n_embd FUSED_AUTO_MIN_D on (gpt2-xl).
-Otherwise five kernels per block (layer 0's first also forms x = wte[ids] + wpe[pos], so that the step
-needs no embedding kernel: gemv_*_nt_ln_bias_kv_emb, EMBED_IN_QKV):
+Otherwise five kernels per block:
     qkv = LN(x) @ W_qkv + b; K, V -> cache   gemv_*_nt_ln_bias_kv
     a = attention(q, cache)           attention_decode_f32
     x = x + a @ W_attn + b            gemv_*_nt_bias_residual
@@ -41,7 +40,6 @@ argmax, so its own time per step (launch, Python) hides under the GPU's.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Optional, Sequence
 
 import cupy as cp
@@ -57,9 +55,6 @@ from .base import Cache, Runner, check_ids
 VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32"), "bf16": ("tf32x3", "tf32x3f")}
 MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
 HEAD_ARGMAX = True  # at batch 1 the decode LM head GEMV takes the argmax itself (version 21); False: argmax_rows_f32
-# The five-kernel decode step (batch <= 8) forms its embeddings in layer 0's ln_1 + QKV kernel (cuda_linear.gemv_nt's
-# embed), launched plainly as the step's first kernel, instead of an embedding kernel before it. False: the kernel.
-EMBED_IN_QKV = True
 FUSED_AUTO_MIN_D = 1600  # fused_decode="auto": only gpt2-xl with bf16 weights is faster fused (version 17)
 
 
@@ -305,14 +300,10 @@ class CudaRunner(Runner):
         c = self.config
         b = cache.batch
         d_ids, d_seq, d_pos, d_len = step[0], step[1], step[2], step[3]
-        fused = self._fused_fits(b)
-        embed_in_qkv = EMBED_IN_QKV and not fused and b <= cuda_linear.GEMV_MAX_M
-        # a plain launch (cuda_ops.embedding, or layer 0's ln_1 + QKV with embed_in_qkv): the step's
-        # kernels after it find every earlier step finished, which attention_decode_f32 relies on (it
-        # reads lengths and older keys early)
-        if not embed_in_qkv:
-            cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:b])
-        if fused:
+        # a plain launch (cuda_ops.embedding): the step's kernels after it find every earlier step
+        # finished, which attention_decode_f32 relies on (it reads lengths and older keys early)
+        cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:b])
+        if self._fused_fits(b):
             ws = self.ws
             self._fused.launch(self.x[:b], ws.qkv[:b], ws.att[:b], ws.f[:b], cache.kv, d_seq, d_pos, d_len)
             self._decode_head(cache, b, step, host_out)
@@ -327,8 +318,7 @@ class CudaRunner(Runner):
                 cache_batch_stride=cache.batch_stride, max_len=c.n_positions)
             if b <= cuda_linear.GEMV_MAX_M:
                 kv = (d_seq, d_pos, k_cache, v_cache, cache.batch_stride)
-                embed = (d_ids, self.wte, self.wpe) if embed_in_qkv and layer == 0 else None
-                self._decode_block_gemv(w, self.dec_mats[layer], b, attend, kv, embed)
+                self._decode_block_gemv(w, self.dec_mats[layer], b, attend, kv)
             else:
                 run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                           attend=attend, after_qkv=store, planes=self._planes(layer))
@@ -355,18 +345,15 @@ class CudaRunner(Runner):
             self._fused = cuda_decode.DecodeLayers(self.block_views, self.dec_mats, self.config)
         return self._fused.plan(b) is not None
 
-    def _decode_block_gemv(self, w, mats, b: int, attend, kv, embed=None) -> None:
+    def _decode_block_gemv(self, w, mats, b: int, attend, kv) -> None:
         """One block for b <= GEMV_MAX_M new tokens: four GEMVs over the transposed matrices,
         the LayerNorms fused into the QKV and FC GEMVs, the K / V store into the QKV GEMV
-        (``kv``: gemv_nt's argument), the residual adds into the projections. ``embed`` (layer 0,
-        EMBED_IN_QKV): the QKV GEMV forms x from the ids itself, launched plainly (the step's first)."""
+        (``kv``: gemv_nt's argument), the residual adds into the projections."""
         eps = self.config.layer_norm_epsilon
         x, ws = self.x[:b], self.ws
         qkv, att, f = ws.qkv[:b], ws.att[:b], ws.f[:b]
         gemv_nt = cuda_linear.gemv_nt
-        with cuda_modules.programmatic_launches(False) if embed is not None else contextlib.nullcontext():
-            gemv_nt(x, mats["w_qkv"], qkv, bias=w["b_qkv"], epilogue="bias", ln=(w["ln1_g"], w["ln1_b"], eps),
-                    kv=kv, embed=embed)
+        gemv_nt(x, mats["w_qkv"], qkv, bias=w["b_qkv"], epilogue="bias", ln=(w["ln1_g"], w["ln1_b"], eps), kv=kv)
         attend(qkv, att)
         gemv_nt(att, mats["w_attn"], x, bias=w["b_attn"], epilogue="bias_residual", residual=x)
         gemv_nt(x, mats["w_fc"], f, bias=w["b_fc"], epilogue="bias_gelu", ln=(w["ln2_g"], w["ln2_b"], eps))

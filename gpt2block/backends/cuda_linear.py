@@ -508,8 +508,7 @@ def gemv(x, w, bias, out, *, epilogue="bias", residual=None, stream=None):
     launch(kernel("gemv", name), (strips, splits, 1), (_GEMV_THREADS, 1, 1), args, 0, stream)
 
 
-def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=None, argmax=None, embed=None,
-            stream=None):
+def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=None, argmax=None, stream=None):
     """out[M,N] = epi(x'[M,K] @ w[N,K]^T (+ bias[N])) for M <= GEMV_MAX_M; w float32 or bf16 bits
     holding W transposed (one contiguous row per output); K a multiple of 4 (float32) or 8 (bf16).
 
@@ -531,12 +530,7 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     batch-1 decode step): also ids[0] = the first index of the largest output, as
     cuda_ops.argmax_rows gives it from out (ids int32 [1] on the device); ``advance`` (int32 [4, 1]:
     a decode step's ids, seq, pos, lengths; or None) moved on to the next greedy step, and
-    ``host_out`` (cuda_ops.MappedInts of 1, or None) given the id too, as argmax_rows does.
-
-    ``embed = (ids, wte, wpe)`` (with kv; layer 0's ln_1 + QKV of a decode step): x is not read but
-    written: x[m] = wte[ids[m]] + wpe[pos[m]] (pos: kv's; ids int32 [M] on the device, in range, as
-    embedding_f32 takes them), and that is the LayerNorm's input, so the step needs no embedding
-    kernel. It reads ids after its wait; gpt2block launches it plainly, as the step's first kernel."""
+    ``host_out`` (cuda_ops.MappedInts of 1, or None) given the id too, as argmax_rows does."""
     _check_rows(x, "x")
     _check_weights(w, "w", "[N, K]")
     m, k = x.shape
@@ -592,11 +586,6 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
         _check_out(v_cache, "v_cache", inputs)
         caches = {"k_cache": k_cache, "v_cache": v_cache}
         kv_args = (seq, pos, k_cache, v_cache, np.int64(batch_stride))
-        if embed is not None:
-            kv_args += _gemv_embed_args(embed, x, {"w": w, "bias": bias, "ln gain": g, "ln bias": b, **caches})
-            caches["x (the embeddings)"] = x
-    elif embed is not None:
-        raise ValueError("embed (the step's embeddings into x) needs kv (layer 0's ln_1 + QKV product)")
     _check_out(out, "out", {"x": x, "w": w, "bias": bias, "ln gain": g, "ln bias": b, **caches}, residual)
     if argmax is not None and (ln is None or epilogue is not None):
         raise ValueError("argmax needs ln and no epilogue (ln_f + the LM head)")
@@ -606,7 +595,7 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     mp = _gemv_nt_tokens(m)  # the kernel build: 1, 2, 4 or 8 tokens
     name = (f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_nt" + ("_ln" if ln is not None else "")
             + (f"_{epilogue}" if epilogue else "") + ("_kv" if kv is not None else "")
-            + ("_emb" if embed is not None else "") + f"_m{mp}")
+            + f"_m{mp}")
     defines = _gemv_nt_defines(n, k, mp, w.dtype != np.float32)
     wpr, grid = gemv_nt_plan(n, k, cpt, mp, w.dtype != np.float32, ln is not None and epilogue is None,
                              defines=defines)
@@ -619,24 +608,6 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     smem = (m + 2) * k * 4 if ln is not None else 0
     launch(kernel("gemv", name, defines), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args, smem, stream,
            programmatic=True)
-
-
-def _gemv_embed_args(embed, x, inputs: dict) -> tuple:
-    """The three GemvEmbed arguments of gemv_*_nt_ln_bias_kv_emb (kernels/gemv.cu), checked; x is their output."""
-    if not isinstance(embed, tuple) or len(embed) != 3:
-        raise ValueError("embed must be a tuple (ids, wte, wpe)")
-    ids, wte, wpe = embed
-    m, k = x.shape
-    _check_array(ids, "embed ids", 1, (np.int32,))
-    _check_shape(ids, "embed ids", (m,))
-    for name, arr in (("embed wte", wte), ("embed wpe", wpe)):
-        _check_array(arr, name, 2)
-        if arr.shape[1] != k:
-            raise ValueError(f"{name} must have rows of K = {k}; got shape {tuple(arr.shape)}")
-        if arr.data.ptr % 16:
-            raise ValueError(f"{name} must be 16-byte aligned; got address {arr.data.ptr:#x}")
-    _check_out(x, "x (the embeddings)", {**inputs, "embed ids": ids, "embed wte": wte, "embed wpe": wpe})
-    return (ids, wte, wpe)
 
 
 def _gemv_argmax_args(argmax, m: int, grid: int, stream) -> tuple:

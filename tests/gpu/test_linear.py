@@ -404,44 +404,6 @@ def test_gemv_nt_kv_store(checks, wdtype, m, d):
     assert np.isnan(host).all(), "the kv store wrote outside its rows"
 
 
-@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
-@pytest.mark.parametrize("m,d", [(1, 768), (1, 1600), (2, 1024), (5, 1280), (8, 768), (3, 64)])
-def test_gemv_nt_embed_equals_embedding_kernel(checks, wdtype, m, d):
-    """Layer 0's ln_1 + QKV forming the embeddings itself (embed): x, out and the K / V cache bit-equal
-    to embedding_f32 followed by the kernel without embed, x poisoned before."""
-    import cupy as cp
-    import numpy as np
-
-    from gpt2block.backends import cuda_ops
-
-    L = checks.L
-    rng = cp.random.default_rng()
-    vocab, n_ctx = 1000, 40
-    wte = rng.standard_normal((vocab, d), dtype=cp.float32)
-    wpe = rng.standard_normal((n_ctx, d), dtype=cp.float32) * 0.1
-    w = rng.standard_normal((3 * d, d), dtype=cp.float32) * 0.02
-    if wdtype == "bf16":
-        w = L.to_bf16_bits(w)
-    bias = rng.standard_normal(3 * d, dtype=cp.float32) * 0.02
-    ln = (rng.uniform(0.8, 1.2, d, dtype=cp.float32), rng.standard_normal(d, dtype=cp.float32) * 0.1, 1e-5)
-    host = np.random.default_rng()
-    ids = cp.asarray(host.integers(0, vocab, m).astype(np.int32))
-    seq = cp.asarray(host.permutation(9)[:m].astype(np.int32))
-    pos = cp.asarray(host.integers(0, n_ctx, m).astype(np.int32))
-    results = []
-    for embed in (False, True):
-        x = cp.full((m, d), cp.nan, cp.float32)
-        kv = cp.full((9, 2, n_ctx, d), cp.nan, cp.float32)
-        out = cp.full((m, 3 * d), cp.nan, cp.float32)
-        if not embed:
-            cuda_ops.embedding(ids, pos, wte, wpe, x)
-        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=(seq, pos, kv[0, 0], kv[0, 1], 2 * n_ctx * d),
-                  embed=(ids, wte, wpe) if embed else None)
-        results.append([cp.asnumpy(a).view(np.uint32) for a in (x, out, kv)])
-    for a, b in zip(*results):
-        np.testing.assert_array_equal(a, b)
-
-
 def test_gemv_nt_kv_bad_arguments(checks):
     import cupy as cp
 
@@ -475,20 +437,6 @@ def test_gemv_nt_kv_bad_arguments(checks):
         L.gemv_nt(x, w, cache.reshape(-1)[:384].reshape(2, 192), bias=bias, epilogue="bias", ln=ln, kv=good)
     with pytest.raises(ValueError, match="N = 3 \\* D"):
         L.gemv_nt(x, w[:190], cp.zeros((2, 190), cp.float32), bias=bias[:190], epilogue="bias", ln=ln, kv=good)
-    wte, wpe = cp.zeros((100, 64), cp.float32), cp.zeros((10, 64), cp.float32)
-    ids = cp.zeros(2, cp.int32)
-    with pytest.raises(ValueError, match="embed .* needs kv"):
-        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, embed=(ids, wte, wpe))
-    with pytest.raises(ValueError, match="embed must be a tuple"):
-        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=good, embed=(ids, wte))
-    with pytest.raises(ValueError, match="embed ids must be int32"):
-        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=good, embed=(ids.astype(cp.int64), wte, wpe))
-    with pytest.raises(ValueError, match="embed ids must have shape"):
-        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=good, embed=(ids[:1], wte, wpe))
-    with pytest.raises(ValueError, match="embed wpe must have rows of K = 64"):
-        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, kv=good, embed=(ids, wte, cp.zeros((10, 32), cp.float32)))
-    with pytest.raises(ValueError, match=r"x \(the embeddings\) overlaps embed wte"):
-        L.gemv_nt(wte[:2], w, out, bias=bias, epilogue="bias", ln=ln, kv=good, embed=(ids, wte, wpe))
 
 
 @pytest.mark.parametrize("wdtype", ["f32", "bf16"])
