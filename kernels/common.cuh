@@ -31,8 +31,8 @@ __device__ __forceinline__ float warp_max(float v) {
 // apart (N - 1 shuffles in all), then full sums over the remaining lane bits (log2(32 / N)
 // shuffles), against 5 N for N separate warp_sum. Lane l returns the sum of v[l / (32 / N)].
 // A fixed order, so results repeat bit for bit.
-template <int N>
-__device__ __forceinline__ float warp_sums(float (&v)[N], int lane) {
+template <int N, typename T>
+__device__ __forceinline__ T warp_sums(T (&v)[N], int lane) {
     static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "warp_sums: N a power of two up to 32");
     constexpr int LOG2N = N >= 32 ? 5 : N >= 16 ? 4 : N >= 8 ? 3 : N >= 4 ? 2 : N >= 2 ? 1 : 0;
 #pragma unroll
@@ -41,12 +41,12 @@ __device__ __forceinline__ float warp_sums(float (&v)[N], int lane) {
         const bool upper = lane & mask;
 #pragma unroll
         for (int i = 0; i < h; ++i) {
-            const float keep = upper ? v[i + h] : v[i];
-            const float send = upper ? v[i] : v[i + h];
+            const T keep = upper ? v[i + h] : v[i];
+            const T send = upper ? v[i] : v[i + h];
             v[i] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
         }
     }
-    float s = v[0];
+    T s = v[0];
 #pragma unroll
     for (int step = LOG2N; step < 5; ++step) s += __shfl_xor_sync(0xffffffffu, s, 16 >> step);
     return s;

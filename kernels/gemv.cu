@@ -782,3 +782,4 @@ GEMV_NT_KERNEL(gemv_bf16_nt_bias_gelu, true, GEMV_EPI_GELU, false)
 GEMV_NT_KERNEL(gemv_bf16_nt_bias_residual, true, GEMV_EPI_RESIDUAL, false)
 GEMV_NT_KV_KERNEL(gemv_f32_nt_ln_bias_kv, false)
 GEMV_NT_KV_KERNEL(gemv_bf16_nt_ln_bias_kv, true)
+#include "lm_screen.cuh"  // the greedy LM head in two passes: an int8 screen, then the candidates exactly

@@ -29,7 +29,9 @@ Otherwise five kernels per block:
     x = x + f @ W_proj + b            gemv_*_nt_bias_residual
 then ln_f + the LM head (gemv_*_nt_ln) and the argmax, which also moves the step's ints on to the
 next greedy step (ids = argmax, pos + 1): at batch 1 in the LM head itself (its last block to finish
-reduces the blocks' partials), else argmax_rows_f32. A step is one CUDA graph: the upload of its
+reduces the blocks' partials), else argmax_rows_f32. greedy_steps' chained steps at batch 1 need no
+logits: there the head is screened (SCREEN_HEAD: an int8 copy of wte bounds every logit, and only the
+rows that may win are formed exactly; the same token, cuda_linear.lm_head_screened). A step is one CUDA graph: the upload of its
 ints from pinned memory, the kernels (programmatic dependent launch on sm_90: each starts, and
 fetches its weights, while the one before finishes) and the download of the argmax into pinned
 memory. greedy_steps() runs a second graph, the kernels alone, fed by the step before it on the
@@ -55,6 +57,8 @@ from .base import Cache, Runner, check_ids
 VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32"), "bf16": ("tf32x3", "tf32x3f")}
 MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
 HEAD_ARGMAX = True  # at batch 1 the decode LM head GEMV takes the argmax itself (version 21); False: argmax_rows_f32
+SCREEN_HEAD = True  # greedy steps at batch 1 that need no logits take the argmax through the LM head's
+                    # int8 screen (cuda_linear.lm_head_screened; version 28); False: the full head
 FUSED_AUTO_MIN_D = 1600  # fused_decode="auto": only gpt2-xl with bf16 weights is faster fused (version 17)
 
 
@@ -188,6 +192,7 @@ class CudaRunner(Runner):
         self._fused = None  # cuda_decode.DecodeLayers, built at the first fused step
         self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
         self._fwd = None  # forward_device's graphs (_ForwardGraphs), made at its first call
+        self._screen = None  # cuda_linear.ScreenTable of wte_dec, made at the first screened step
 
     def new_cache(self, batch: int) -> CudaCache:
         return CudaCache(batch, self.config)
@@ -293,10 +298,11 @@ class CudaRunner(Runner):
             run_block(w, self.x, self.ws, t, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                       attend=attend, after_qkv=store, planes=self._planes(layer))
 
-    def _decode_kernels(self, cache: "CudaCache", step, host_out=None) -> None:
+    def _decode_kernels(self, cache: "CudaCache", step, host_out=None, logits: bool = True) -> None:
         """Every kernel of one decode step, reading ids / seq / pos / lengths from ``step`` [4, B]
         (device, fixed address) and writing logits and argmax to fixed buffers (the argmax also
-        to ``host_out``, cuda_ops.MappedInts, when given): capturable."""
+        to ``host_out``, cuda_ops.MappedInts, when given): capturable. ``logits`` False: the step
+        needs only the argmax (cache.logits may be left as it was; _decode_head)."""
         c = self.config
         b = cache.batch
         d_ids, d_seq, d_pos, d_len = step[0], step[1], step[2], step[3]
@@ -306,7 +312,7 @@ class CudaRunner(Runner):
         if self._fused_fits(b):
             ws = self.ws
             self._fused.launch(self.x[:b], ws.qkv[:b], ws.att[:b], ws.f[:b], cache.kv, d_seq, d_pos, d_len)
-            self._decode_head(cache, b, step, host_out)
+            self._decode_head(cache, b, step, host_out, logits)
             return
         for layer, w in enumerate(self.block_views):
             k_cache, v_cache = cache.kv[0, layer, 0], cache.kv[0, layer, 1]
@@ -322,17 +328,36 @@ class CudaRunner(Runner):
             else:
                 run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                           attend=attend, after_qkv=store, planes=self._planes(layer))
-        self._decode_head(cache, b, step, host_out)
+        self._decode_head(cache, b, step, host_out, logits)
 
     def _planes(self, layer: int):
         return None if self.planes is None else self.planes[layer]
 
-    def _decode_head(self, cache: "CudaCache", b: int, step, host_out=None) -> None:
+    def _decode_head(self, cache: "CudaCache", b: int, step, host_out=None, logits: bool = True) -> None:
+        """ln_f, the LM head and the argmax of a decode step (logits False: the argmax alone, through
+        the screen where SCREEN_HEAD and the head's shape allow it)."""
+        if not logits and self._screened(b):
+            self._screen_prepare()
+            c = self.config
+            cuda_linear.lm_head_screened(self.x[:1], self._screen, self.wte_dec,
+                                         (self.ln_f_g, self.ln_f_b, c.layer_norm_epsilon),
+                                         (self._argmax[:1], step, host_out))
+            return
         if b == 1 and HEAD_ARGMAX:  # the one-token LM head GEMV takes the argmax itself
             self._head(0, b, decode_out=cache.logits, argmax=(self._argmax[:b], step, host_out))
             return
         logits = self._head(0, b, decode_out=cache.logits)
         cuda_ops.argmax_rows(logits, self._argmax[:b], advance=step, host_out=host_out)
+
+    def _screened(self, b: int) -> bool:
+        """Whether a step of b rows that needs no logits takes its argmax through the screen."""
+        return b == 1 and HEAD_ARGMAX and SCREEN_HEAD and cuda_linear.screen_fits(*self.wte_dec.shape)
+
+    def _screen_prepare(self) -> None:
+        """The screen's table (once per runner) and workspaces on the runner's stream: outside any capture."""
+        if self._screen is None:
+            self._screen = cuda_linear.screen_table(self.wte_dec)
+        cuda_linear.screen_prepare(self.wte_dec, self.stream)
 
     def _fused_fits(self, b: int) -> bool:
         """Whether this step runs its blocks in the one decode_layers kernel."""
@@ -417,18 +442,20 @@ class CudaRunner(Runner):
         ring = cache.argmax_ring[slot]
         with self.stream:
             if cache.graph_chain[slot] is None and self.use_graphs:
+                if self._screened(cache.batch):
+                    self._screen_prepare()  # allocates: not under the capture
                 self.stream.synchronize()  # once per slot: capture starts on an idle stream
                 self.stream.begin_capture()
                 try:
                     with cuda_modules.programmatic_launches(self.programmatic):
-                        self._decode_kernels(cache, cache.step, host_out=ring)
+                        self._decode_kernels(cache, cache.step, host_out=ring, logits=False)
                 finally:
                     cache.graph_chain[slot] = self.stream.end_capture()
             if cache.graph_chain[slot] is not None:
                 cache.graph_chain[slot].launch(self.stream)
             else:
                 with cuda_modules.programmatic_launches(self.programmatic):
-                    self._decode_kernels(cache, cache.step, host_out=ring)
+                    self._decode_kernels(cache, cache.step, host_out=ring, logits=False)
             cache.ring_events[slot].record(self.stream)
         cache.pos += 1
 

@@ -15,6 +15,9 @@ argument before anything is launched. Nothing here synchronizes the stream.
                                residual epilogues and a fused input LayerNorm (the decode layout)
     linear / linear_nt         pick gemv or gemm from M and the weights' dtype (linear: gemm_planes
                                where given planes)
+    screen_table(w)            the LM head's int8 screen (gpt2block.screen.table on the GPU)
+    lm_head_screened(x, t, w, ln, argmax)  ln_f + the LM head's argmax at one token, through the
+                               screen: the full head's winner without its logits (lm_screen.cuh)
 
 Variants of the GEMM arithmetic (VARIANTS): ``tf32x3`` (3-pass split TF32, fp32-level
 accuracy: the fp32 precision mode), ``tf32`` (one TF32 pass). ``linear`` sends M <= GEMV_MAX_M
@@ -749,3 +752,112 @@ def from_bf16_bits(bits):
     if b.dtype != np.uint16:
         raise ValueError(f"bits must be uint16, got {b.dtype}")
     return (b.astype(cp.uint32) << cp.uint32(16)).view(cp.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# The greedy LM head through its int8 screen (kernels/lm_screen.cuh, gpt2block/screen.py).
+
+SCREEN_MAX_K = 2048  # lm_screen_j1 .. j8: K <= 256 J
+_LM_SCREEN_ROWS = 4  # LM_SCREEN_ROWS
+_LM_SCREEN_BLOCKS_PER_SM = 2  # LM_SCREEN_MIN_BLOCKS
+_screen_ws: dict = {}
+
+
+@dataclass
+class ScreenTable:
+    """The int8 screen of an LM head w [N, K]: q int8 [N, K], rowp float32 [N, 4] (screen.table)."""
+
+    q: object
+    rowp: object
+    w_ptr: int  # the head it was made from (a check that it is used with that head)
+
+
+def screen_fits(n: int, k: int) -> bool:
+    """Whether lm_head_screened takes a head of N rows of width K."""
+    return 0 < k <= SCREEN_MAX_K and k % 8 == 0 and 0 < n < 2**31 // max(k, 1)
+
+
+def screen_table(w) -> ScreenTable:
+    """The screen of the LM head w [N, K] (float32, or bf16 bits as uint16), made on the GPU."""
+    from .. import screen
+
+    _check_weights(w, "w", "[N, K]")
+    n, k = w.shape
+    if not screen_fits(n, k):
+        raise ValueError(f"the LM head screen takes K a multiple of 8 up to {SCREEN_MAX_K}; got w of shape {tuple(w.shape)}")
+    q, rowp = screen.table(w)
+    return ScreenTable(cp.ascontiguousarray(q), cp.ascontiguousarray(rowp), w.data.ptr)
+
+
+def _screen_workspace(n: int, k: int, g1: int, stream):
+    """(ub [N], lb_part [g1], h [K]) float32 for one (device, stream, N, K, g1), made once and kept
+    (a captured graph keeps using its own)."""
+    s = stream if stream is not None else cp.cuda.get_current_stream()
+    key = (cp.cuda.Device().id, s.ptr, n, k, g1)
+    got = _screen_ws.get(key)
+    if got is None:
+        got = _screen_ws[key] = (cp.empty(n, cp.float32), cp.empty(g1, cp.float32), cp.empty(k, cp.float32))
+    return got
+
+
+def _screen_grids(n: int) -> tuple[int, int]:
+    """(G1, G2): the screen's blocks (2 a SM, at most one per row group) and the rescore's (one a SM)."""
+    sms = sm_count()
+    return min(_LM_SCREEN_BLOCKS_PER_SM * sms, -(-n // (_LM_SCREEN_ROWS * _GEMV_NT_THREADS // 32))), min(sms, n)
+
+
+def screen_prepare(w, stream=None) -> None:
+    """Make lm_head_screened's workspaces for heads of w's shape on ``stream`` now (before a capture:
+    nothing is allocated while a graph is being captured)."""
+    from .cuda_ops import argmax_workspace
+
+    n, k = w.shape
+    g1, g2 = _screen_grids(n)
+    _screen_workspace(n, k, g1, stream)
+    argmax_workspace(1, g2, stream)
+
+
+def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> None:
+    """ids[0] = the argmax of LN(x; g, b, eps) @ w^T for one token, as gemv_nt(x, w, out, ln=ln,
+    argmax=argmax) gives it (the same winner, bit for bit), without its logits: an int8 pass over
+    ``table`` (screen_table(w)) bounds every logit, and only the rows that may win are formed
+    exactly (kernels/lm_screen.cuh). x float32 [1, K]; w [N, K] float32 or bf16 bits; ln = (g, b, eps);
+    argmax = (ids, advance, host_out) as gemv_nt's. Two launches, both programmatic."""
+    _check_array(x, "x", 2)
+    if x.shape[0] != 1:
+        raise ValueError(f"the screened LM head takes one token; x has {x.shape[0]} rows")
+    _check_weights(w, "w", "[N, K]")
+    n, k = w.shape
+    if x.shape[1] != k:
+        raise ValueError(f"w must have {x.shape[1]} columns (x is {tuple(x.shape)}), got shape {tuple(w.shape)}")
+    if not screen_fits(n, k):
+        raise ValueError(f"the LM head screen takes K a multiple of 8 up to {SCREEN_MAX_K}; got w of shape {tuple(w.shape)}")
+    if not isinstance(table, ScreenTable) or table.w_ptr != w.data.ptr:
+        raise ValueError("table must be screen_table(w) of this w")
+    _check_array(table.q, "table.q", 2, (np.int8,))
+    _check_shape(table.q, "table.q", (n, k))
+    _check_array(table.rowp, "table.rowp", 2)
+    _check_shape(table.rowp, "table.rowp", (n, 4))
+    if x.data.ptr % 16:
+        raise ValueError(f"x must be 16-byte aligned; got address {x.data.ptr:#x}")
+    g, b, eps = ln
+    for name, arr in (("ln gain", g), ("ln bias", b)):
+        _check_array(arr, name, 1)
+        _check_shape(arr, name, (k,))
+        if arr.data.ptr % 16:
+            raise ValueError(f"{name} must be 16-byte aligned; got address {arr.data.ptr:#x}")
+    if argmax is None:
+        raise ValueError("the screened LM head gives only the argmax: argmax = (ids, advance, host_out) is required")
+    bf16 = w.dtype != np.float32
+    g1, g2 = _screen_grids(n)
+    ub, lb_part, h = _screen_workspace(n, k, g1, stream)
+    defines = _gemv_nt_defines(n, k, 1, bf16)  # the full head's build: one module for both
+    wpr, _ = gemv_nt_plan(n, k, _cpt(w), 1, bf16, True, defines=defines)  # the full head's split of K
+    j = -(-k // 256)
+    launch(kernel("gemv", f"lm_screen_j{j}", defines), (g1, 1, 1), (_GEMV_NT_THREADS, 1, 1),
+           (x, table.q, table.rowp, g, b, np.float32(eps), _i32(n, "N"), _i32(k, "K"), ub, lb_part, h),
+           3 * k * 4 + 2 * k, stream, programmatic=True)
+    args = (w, h, ub, lb_part, _i32(g1, "G1"), _i32(n, "N"), _i32(k, "K"), np.int32(wpr))
+    args += _gemv_argmax_args(argmax, 1, g2, stream)
+    launch(kernel("gemv", f"lm_rescore_{'bf16' if bf16 else 'f32'}", defines), (g2, 1, 1), (_GEMV_NT_THREADS, 1, 1),
+           args, k * 4, stream, programmatic=True)

@@ -382,17 +382,19 @@ def test_argmax_writes_mapped_host_memory(cp):
         cuda_ops.argmax_rows(cp.asarray(logits[:3]), out[:3], host_out=np.zeros(3, np.int32))
 
 
-@pytest.mark.parametrize("d, batch, graphs", [(768, 1, True), (768, 3, True), (768, 3, False),
-                                              (1600, 2, True)])
-def test_greedy_steps_run_ahead_equal_one_step_at_a_time(hf_models, d, batch, graphs):
+@pytest.mark.parametrize("d, batch, graphs, precision", [
+    (768, 1, True, "fp32"), (768, 1, True, "bf16"), (768, 1, False, "bf16"), (768, 3, True, "fp32"),
+    (768, 3, False, "fp32"), (1600, 2, True, "fp32"), (1600, 1, True, "bf16")])
+def test_greedy_steps_run_ahead_equal_one_step_at_a_time(hf_models, d, batch, graphs, precision):
     """greedy_steps (one step queued ahead, fed on the device) gives the ids of decode_greedy
-    called step by step, bit for bit, on the five-kernel path (768) and the fused one (1600);
-    closing it early takes the queued step back, so the next decode's logits are those of the
-    cache that never ran it; at the end of a context it stops after the step that fills it."""
+    called step by step, bit for bit, on the five-kernel path (768) and the fused one (1600; bf16
+    there); at batch 1 its steps take the argmax through the LM head's screen, decode_greedy through
+    the full head; closing it early takes the queued step back, so the next decode's logits are
+    those of the cache that never ran it; at the end of a context it stops after the step that fills it."""
     path, _ = hf_models[d]
     weights = load_weights(path)
     rng = np.random.default_rng()
-    runner, plain = make_runner(weights, "cuda"), make_runner(weights, "cuda")
+    runner, plain = make_runner(weights, "cuda", precision), make_runner(weights, "cuda", precision)
     runner.use_graphs = graphs
     prompts = [rng.integers(0, 50257, n) for n in (5, 17, 2)[:batch]]
     caches = [r.new_cache(batch) for r in (runner, plain)]

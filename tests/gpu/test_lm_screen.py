@@ -1,0 +1,125 @@
+"""The greedy LM head through its int8 screen (kernels/lm_screen.cuh via cuda_linear.lm_head_screened)
+against the full head (gemv_*_nt_ln_m1 with its argmax): the same winner on every width, with ties,
+near-ties by the hundred, NaN and infinite logits; every row's interval holds the full head's logit;
+the intervals match gpt2block.screen.bounds (the float64 model the CPU tests check)."""
+
+import numpy as np
+import pytest
+
+cp = pytest.importorskip("cupy")
+
+from gpt2block import screen  # noqa: E402
+from gpt2block.backends import cuda_linear as L  # noqa: E402
+from gpt2block.backends import cuda_ops  # noqa: E402
+
+
+def _case(rng, d, n, kind):
+    x = (rng.standard_normal((1, d)) * rng.uniform(0.5, 4.0) + rng.uniform(-3, 3)).astype(np.float32)
+    g = rng.uniform(0.8, 1.2, d).astype(np.float32)
+    b = (rng.standard_normal(d) * 0.1).astype(np.float32)
+    w = (rng.standard_normal((n, d)) * 0.02).astype(np.float32)
+    xn = (x[0] - x[0].mean()) / x[0].std() * g + b  # LN(x), near enough to steer the winner
+    if kind == "tie" and n > 2:  # the largest logit twice, rows 2 and N - 1: the first wins
+        w[2] = w[n - 1] = xn / np.linalg.norm(xn)
+    elif kind == "near":  # a few hundred rows (or all) within a hair of each other
+        top = xn / np.linalg.norm(xn)
+        rows = rng.choice(n, size=min(n, 300), replace=False)
+        w[rows] = top + rng.standard_normal((rows.size, d)).astype(np.float32) * 1e-7
+    elif kind == "nan_logit" and n > 3:
+        w[n // 2, 0] = np.nan  # a NaN logit never wins
+        w[1, 3] = np.inf  # an infinite weight: +-inf or NaN, always a candidate
+    elif kind == "nan_x":
+        x[0, 0] = np.nan  # every logit NaN: index 0
+    elif kind == "zero_row":
+        w[: n // 2] = 0.0
+    return x, w, g, b
+
+
+@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
+@pytest.mark.parametrize("d,n", [(768, 50257), (1600, 50257), (1024, 1000), (1280, 37), (104, 7), (8, 3),
+                                 (2048, 300)])
+@pytest.mark.parametrize("kind", ["random", "tie", "near", "nan_logit", "nan_x", "zero_row"])
+def test_screened_head_equals_full_head(wdtype, d, n, kind):
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    rng = np.random.default_rng(seed)
+    x, w, g, b = (cp.asarray(a) for a in _case(rng, d, n, kind))
+    if wdtype == "bf16":
+        w = L.to_bf16_bits(w)
+    ln = (g, b, 1e-5)
+    logits = cp.full((1, n), cp.nan, cp.float32)
+    want = cp.full(1, -1, cp.int32)
+    L.gemv_nt(x, w, logits, ln=ln, argmax=(want, None, None))
+    table = L.screen_table(w)
+    step_host = np.array([[-1], [3], [7], [8]], np.int32)
+    for rep in range(2):  # twice: the ticket went back to 0, the workspace is reused
+        ids = cp.full(1, -1, cp.int32)
+        step = cp.asarray(step_host)
+        mapped = cuda_ops.MappedInts(1)
+        mapped.array[:] = -1
+        ub_ws = L._screen_workspace(n, d, L._screen_grids(n)[0], None)[0]
+        ub_ws.fill(cp.nan)  # poisoned: pass 1 writes every row
+        L.lm_head_screened(x, table, w, ln, (ids, step, mapped))
+        cp.cuda.get_current_stream().synchronize()
+        assert int(ids[0]) == int(want[0]), f"seed {seed}: screened {int(ids[0])}, full head {int(want[0])}"
+        assert mapped.array[0] == int(want[0])
+        np.testing.assert_array_equal(cp.asnumpy(step)[:, 0], [int(want[0]), 3, 8, 9])
+    if kind == "tie":
+        assert int(want[0]) == 2
+    if kind == "nan_x":
+        assert int(want[0]) == 0
+    # every finite logit of the full head lies in its row's interval; lb_part holds the largest lb
+    ub, lb_part, h = L._screen_workspace(n, d, L._screen_grids(n)[0], None)
+    lg = cp.asnumpy(logits[0])
+    u = cp.asnumpy(ub)
+    assert not np.isnan(u).any()
+    fin = np.isfinite(lg)
+    assert (u[fin] >= lg[fin]).all(), f"seed {seed}: a logit above its ub"
+    ref_ub, ref_lb = screen.bounds(cp.asnumpy(h), cp.asnumpy(table.q), cp.asnumpy(table.rowp))
+    assert (ref_lb[fin] <= lg[fin]).all(), f"seed {seed}: a logit below its lb (model)"
+    # the kernel's sums of |h| go in another order: the same intervals to a few ulps
+    finite = np.isfinite(ref_ub)
+    np.testing.assert_array_equal(np.isfinite(u), finite)
+    scale = np.abs(ref_ub[finite]).max() if finite.any() else 1.0
+    np.testing.assert_allclose(u[finite], ref_ub[finite], rtol=1e-6, atol=1e-6 * scale)
+    L_kernel = float(cp.asnumpy(lb_part).max())
+    np.testing.assert_allclose(L_kernel, float(ref_lb.max()), rtol=1e-6, atol=1e-6 * scale)
+    cand = screen.candidates(u, np.full(1, L_kernel, np.float32))
+    assert int(want[0]) in cand or not np.isfinite(lg).any()
+    print(f"{wdtype} d={d} n={n} {kind}: {cand.size} candidates")
+
+
+def test_screened_head_h_out_is_the_full_heads_layernorm():
+    """h (block 0's LN(x)) has the bits of LN(x) as the full head forms it: the logit of a row e_k is h_k."""
+    rng = np.random.default_rng()
+    d, n = 768, 768
+    x = cp.asarray(rng.standard_normal((1, d)).astype(np.float32) + 2)
+    g = cp.asarray(rng.uniform(0.8, 1.2, d).astype(np.float32))
+    b = cp.asarray((rng.standard_normal(d) * 0.1).astype(np.float32))
+    w = cp.eye(d, dtype=cp.float32)
+    logits = cp.empty((1, n), cp.float32)
+    L.gemv_nt(x, w, logits, ln=(g, b, 1e-5))
+    L.lm_head_screened(x, L.screen_table(w), w, (g, b, 1e-5), (cp.zeros(1, cp.int32), None, None))
+    h = L._screen_workspace(n, d, L._screen_grids(n)[0], None)[2]
+    assert cp.array_equal(h.view(cp.uint32), logits[0].view(cp.uint32))
+
+
+def test_screened_head_bad_arguments():
+    x = cp.zeros((1, 64), cp.float32)
+    w = cp.zeros((100, 64), cp.float32)
+    ln = (cp.ones(64, cp.float32), cp.zeros(64, cp.float32), 1e-5)
+    ids = cp.zeros(1, cp.int32)
+    t = L.screen_table(w)
+    with pytest.raises(ValueError, match="one token"):
+        L.lm_head_screened(cp.zeros((2, 64), cp.float32), t, w, ln, (ids, None, None))
+    with pytest.raises(ValueError, match="table must be screen_table"):
+        L.lm_head_screened(x, L.screen_table(cp.zeros((100, 64), cp.float32)), w, ln, (ids, None, None))
+    with pytest.raises(ValueError, match="argmax = "):
+        L.lm_head_screened(x, t, w, ln, None)
+    with pytest.raises(ValueError, match="K a multiple of 8"):
+        L.screen_table(cp.zeros((10, 12), cp.float32))
+    with pytest.raises(ValueError, match="K a multiple of 8"):
+        L.screen_table(cp.zeros((10, 4096), cp.float32))
+    with pytest.raises(ValueError, match="argmax ids must be"):
+        L.lm_head_screened(x, t, w, ln, (cp.zeros(3, cp.int32), None, None))
+    with pytest.raises(ValueError, match="must have 64 columns"):
+        L.lm_head_screened(cp.zeros((1, 32), cp.float32), t, w, ln, (ids, None, None))
