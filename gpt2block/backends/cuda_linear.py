@@ -761,7 +761,9 @@ SCREEN_MAX_K = 2048  # lm_screen_j1 .. j8: K <= 256 J
 _LM_SCREEN_STAGE_ROWS = 32  # LM_SCREEN_STAGE_ROWS
 _LM_SCREEN_MAX_STAGES = 16  # LM_SCREEN_MAX_STAGES
 _LM_SCREEN_STATIC_SMEM = 2048  # bytes kept for the kernel's static shared memory (about 500 used)
+SCREEN_STAGES_MAX = _LM_SCREEN_MAX_STAGES  # the most table stages in flight a block (an A/B knob)
 _screen_ws: dict = {}
+_smem_optin: dict = {}  # device id -> its largest dynamic shared memory a block
 
 
 @dataclass
@@ -815,13 +817,16 @@ def _screen_stages(n: int, k: int, g1: int) -> tuple[int, int, int]:
     as the block's shared memory holds next to h, g, b, the quantized h and its rows' rowp."""
     rows_max = -(-n // g1)
     fixed = 14 * k + 16 * rows_max
-    room = cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"] - _LM_SCREEN_STATIC_SMEM - fixed
+    dev = cp.cuda.Device().id
+    if dev not in _smem_optin:
+        _smem_optin[dev] = int(cp.cuda.Device(dev).attributes["MaxSharedMemoryPerBlockOptin"])
+    room = _smem_optin[dev] - _LM_SCREEN_STATIC_SMEM - fixed
     stage = _LM_SCREEN_STAGE_ROWS * k
     need = -(-rows_max // _LM_SCREEN_STAGE_ROWS)
     if room < stage:
         raise ValueError(f"the LM head screen's stage of {stage} bytes does not fit in shared memory"
                          f" ({room} bytes left beside its other {fixed})")
-    n_stages = min(_LM_SCREEN_MAX_STAGES, need, room // stage)
+    n_stages = max(1, min(SCREEN_STAGES_MAX, _LM_SCREEN_MAX_STAGES, need, room // stage))
     return n_stages, rows_max, fixed + n_stages * stage
 
 
