@@ -60,7 +60,6 @@
 
 #include "common.cuh"
 #include "mma.cuh"  // smem_u32
-#include "bulk_copy.cuh"  // mbarriers and bulk copies into shared memory
 
 #define DL_THREADS 256
 #define DL_WARPS (DL_THREADS / 32)
@@ -178,6 +177,30 @@ struct DlPiece<unsigned short> {
 // Barrier of the 256 compute threads only (named barrier 1): the producer warp never joins.
 __device__ __forceinline__ void dl_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(DL_THREADS) : "memory"); }
 
+// mbarrier and bulk-copy (TMA) helpers, sm_90. Addresses are shared-memory offsets (smem_u32).
+__device__ __forceinline__ void dl_mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void dl_mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void dl_mbar_expect(unsigned bar, unsigned bytes) {  // arrive, and bytes to come
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void dl_mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done) {
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    }
+}
+// bytes (a multiple of 16) from global src to shared dst, counted on the mbarrier bar.
+__device__ __forceinline__ void dl_bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
 // The weight ring: n_stages slots of DL_ROWS x D weights, each with a "full" mbarrier (the
 // producer's arrival plus the bytes of its copies) and an "empty" one (one arrival per compute
 // warp). One producer thread walks the block's stages in order, (layer, phase, rows, segment),
@@ -199,8 +222,8 @@ struct DlRing {
 
     __device__ void init() {  // one thread, before the block's first barrier
         for (int s = 0; s < n_stages; ++s) {
-            bulk_mbar_init(full(s), 1);
-            bulk_mbar_init(empty(s), DL_WARPS);
+            dl_mbar_init(full(s), 1);
+            dl_mbar_init(empty(s), DL_WARPS);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -216,13 +239,13 @@ struct DlRing {
                 for (int row0 = geo.lo; row0 < geo.hi; row0 += DL_ROWS) {
                     const int nr = min(DL_ROWS, geo.hi - row0);
                     for (int seg = 0; seg < nseg; ++seg) {
-                        if (round > 0) bulk_mbar_wait(empty(s), (round - 1) & 1);
+                        if (round > 0) dl_mbar_wait(empty(s), (round - 1) & 1);
                         const unsigned row_bytes = D * sizeof(T);
-                        bulk_mbar_expect(full(s), nr * row_bytes);
+                        dl_mbar_expect(full(s), nr * row_bytes);
                         const unsigned dst = smem_u32(slots + (long long)s * DL_ROWS * rs);
                         const T* src = w + (long long)row0 * K + seg * D;
                         for (int r = 0; r < nr; ++r)
-                            bulk_copy_g2s(dst + r * rs * sizeof(T), src + (long long)r * K, row_bytes, full(s));
+                            dl_bulk_copy(dst + r * rs * sizeof(T), src + (long long)r * K, row_bytes, full(s));
                         if (++s == n_stages) {
                             s = 0;
                             ++round;
@@ -239,7 +262,7 @@ struct DlRing {
         DL_CLOCK(t0);
         for (int j = 0; j < n; ++j) {
             const int s = slot + j;
-            bulk_mbar_wait(full(s < n_stages ? s : s - n_stages), s < n_stages ? parity : parity ^ 1);
+            dl_mbar_wait(full(s < n_stages ? s : s - n_stages), s < n_stages ? parity : parity ^ 1);
         }
         DL_ADD_WAIT(t0);
     }
@@ -253,7 +276,7 @@ struct DlRing {
         if ((threadIdx.x & 31) == 0) {
             for (int j = 0; j < n; ++j) {
                 const int s = slot + j;
-                bulk_mbar_arrive(empty(s < n_stages ? s : s - n_stages));
+                dl_mbar_arrive(empty(s < n_stages ? s : s - n_stages));
             }
         }
         slot += n;

@@ -40,11 +40,23 @@
 // Both take part in programmatic dependent launch: pass 1 reads its table, q and g / b before its
 // wait, pass 2 nothing.
 
-#include "bulk_copy.cuh"
+#ifndef LM_SCREEN_ROWS
+#define LM_SCREEN_ROWS 4  // table rows per warp at a time (their int32 sums meet by warp_sums)
+#endif
+#ifndef LM_SCREEN_PIN_BYTES
+#define LM_SCREEN_PIN_BYTES (24ll << 20)  // of the int8 table, kept in the L2 (evict-last), spread as
+                                          // gemv_lm_keep spreads the full head's
+#endif
+#ifndef LM_SCREEN_MIN_BLOCKS
+#define LM_SCREEN_MIN_BLOCKS 2
+#endif
 
-#define LM_SCREEN_ROWS 4  // table rows per warp in a stage (their int32 sums meet by warp_sums)
-#define LM_SCREEN_STAGE_ROWS (GEMV_NT_WARPS * LM_SCREEN_ROWS)  // 32 table rows a stage
-#define LM_SCREEN_MAX_STAGES 16
+// 8 bytes (8 int8 of a table row) before pdl_wait, with an L2 eviction policy (as ld_pre_wait4u).
+__device__ __forceinline__ uint2 lm_ld8(const void* p, unsigned long long policy) {
+    uint2 v;
+    asm volatile(PRE_WAIT_LD ".L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;\n" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(policy));
+    return v;
+}
 
 // |h|_1 and max |h_k| of the block's h in shared memory (K4 float4), every thread the same values
 // (warp sums, then the warps in order); then h quantized into hq (int16 [K]) with p = round(h / t),
@@ -91,59 +103,60 @@ __device__ __forceinline__ void lm_screen_quantize_h(const float* xs, short* hq,
     __syncthreads();  // hq complete
 }
 
-// Block b takes the table rows [N b / G, N (b + 1) / G) in stages of LM_SCREEN_STAGE_ROWS rows, each stage one
-// bulk copy into a ring of n_stages slots in shared memory (its mbarrier counting the bytes), so that
-// the first n_stages stages (and the rows' rowp) are on their way before pdl_wait, while the kernels
-// ahead finish; stage s + n_stages refills slot s % n_stages once every warp has read stage s (those
-// loaded after the wait are kept in the L2, evict-last, so that the next step finds them there). Warp w
-// takes rows 4w .. 4w + 3 of a stage, lane l the 8-byte chunks l, l + 32, ... of each.
 template <int J>
 __device__ __forceinline__ void lm_screen_body(const float* __restrict__ x, const signed char* __restrict__ q,
                                                const float4* __restrict__ rowp, const float* __restrict__ ln_g,
                                                const float* __restrict__ ln_b, float eps, int N, int K,
                                                float* __restrict__ ub, float* __restrict__ lb_part,
-                                               float* __restrict__ h_out, int n_stages, int rows_max) {
+                                               float* __restrict__ h_out) {
     constexpr int R = LM_SCREEN_ROWS;
     constexpr int LPR = 32 / R;  // lanes per row sum (warp_sums)
-    constexpr int SR = LM_SCREEN_STAGE_ROWS;
     extern __shared__ float4 gemv_smem4[];
-    float* xs = reinterpret_cast<float*>(gemv_smem4);  // h [K], then g, b [2K]
-    short* hq = reinterpret_cast<short*>(xs + 3 * K);  // the quantized h [K]
-    float4* rows_p = reinterpret_cast<float4*>(hq + K);  // rowp of the block's rows [rows_max]
-    signed char* ring = reinterpret_cast<signed char*>(rows_p + rows_max);  // [n_stages][SR][K]
-    __shared__ __align__(8) unsigned long long bars[LM_SCREEN_MAX_STAGES + 1];  // the slots', then rowp's
+    float* xs = reinterpret_cast<float*>(gemv_smem4);  // h [K], then g, b [2K], then hq int16 [K]
+    short* hq = reinterpret_cast<short*>(xs + 3 * K);
     __shared__ float lb_warp[GEMV_NT_WARPS];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int lo = (int)((long long)N * blockIdx.x / gridDim.x), hi = (int)((long long)N * (blockIdx.x + 1) / gridDim.x);
-    const int n_st = (hi - lo + SR - 1) / SR;
-    const unsigned stage_bytes = (unsigned)SR * K;
-    auto bar = [&](int i) { return smem_u32(bars + i); };
-    auto issue = [&](int st, bool keep) {  // thread 0: stage st into its slot
-        const int r0 = lo + st * SR, nr = min(SR, hi - r0);
-        const unsigned slot = st % n_stages;
-        bulk_mbar_expect(bar(slot), (unsigned)nr * K);
-        bulk_copy_g2s(smem_u32(ring) + slot * stage_bytes, q + (long long)r0 * K, (unsigned)nr * K, bar(slot),
-                      l2_policy(keep));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int K8 = K >> 3;  // 8-byte chunks of a table row; lane l takes l, l + 32, ...
+    const int rows_blk = GEMV_NT_WARPS * R;
+
+    uint2 wv[J][R];
+    const signed char* wrow[R];
+    unsigned long long pol = 0;
+    auto set_rows = [&](int n0) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) wrow[r] = q + (long long)min(n0 + r, N - 1) * K;
+        pol = l2_policy(gemv_lm_keep(LM_SCREEN_PIN_BYTES, n0, R, N, K, 1));
+    };
+    auto load_rows = [&]() {
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            const int c = lane + 32 * j;
+#pragma unroll
+            for (int r = 0; r < R; ++r) wv[j][r] = c < K8 ? lm_ld8(wrow[r] + 8 * c, pol) : make_uint2(0u, 0u);
+        }
+    };
+    // row n0 + (lane / LPR)'s table entry, for the lane that finishes that row
+    float4 my_rowp = make_float4(0.f, 0.f, 0.f, 0.f);
+    const int e_r = lane / LPR;
+    auto load_rowp = [&](int n0) {
+        if (lane % LPR == 0 && n0 + e_r < N) {
+            const float* p = reinterpret_cast<const float*>(rowp + n0 + e_r);
+            my_rowp = ld_pre_wait4(p);
+        }
     };
 
     pdl_trigger();
-    if (tid == 0) {
-        for (int i = 0; i <= n_stages; ++i) bulk_mbar_init(bar(i), 1);
-        bulk_fence_init();
-        if (hi > lo) {  // the table only: before the wait
-            bulk_mbar_expect(bar(n_stages), (unsigned)(hi - lo) * 16u);
-            bulk_copy_g2s(smem_u32(rows_p), rowp + lo, (unsigned)(hi - lo) * 16u, bar(n_stages));
-        }
-        for (int st = 0; st < min(n_stages, n_st); ++st) issue(st, false);
-    }
+    const int first = blockIdx.x * rows_blk;
+    set_rows(first + warp * R);
+    load_rows();  // the table only: before the wait
+    load_rowp(first + warp * R);
     gemv_ln_stage_gb(ln_g, ln_b, xs + K, K);
     pdl_wait();
-    gemv_ln_row_block(x, xs + K, xs, K, eps);  // h, exactly as the full head's (its barriers cover the inits)
+    gemv_ln_row_block(x, xs + K, xs, K, eps);  // h, exactly as the full head's
     double l1h, t;
     lm_screen_quantize_h(xs, hq, K, l1h, t);
     if (blockIdx.x == 0)
-        for (int k = tid; k < K; k += GEMV_NT_THREADS) h_out[k] = xs[k];
-    const int K8 = K >> 3;  // 8-byte chunks of a table row
+        for (int k = threadIdx.x; k < K; k += GEMV_NT_THREADS) h_out[k] = xs[k];
     uint4 hv[J];  // this lane's chunks of hq: 8 int16 each
 #pragma unroll
     for (int j = 0; j < J; ++j) {
@@ -152,39 +165,31 @@ __device__ __forceinline__ void lm_screen_body(const float* __restrict__ x, cons
     }
     const bool h_finite = l1h <= 1.0e300;
     const double gamma = (double)K * 0x1p-24 / (1.0 - (double)K * 0x1p-24);
-    if (hi > lo) bulk_mbar_wait(bar(n_stages), 0);
 
     float lb_best = NEG_INF_F32;
-    const int e_r = lane / LPR;  // the row whose sum this lane gets (warp_sums)
-    for (int st = 0; st < n_st; ++st) {
-        const int slot = st % n_stages;
-        bulk_mbar_wait(bar(slot), (st / n_stages) & 1);
-        const signed char* stage = ring + (long long)slot * stage_bytes;
-        const int r0 = st * SR + warp * R;  // the warp's first row, from lo
+    for (int n_blk = first; n_blk < N; n_blk += gridDim.x * rows_blk) {  // the same trip count in every warp
+        const int n0 = n_blk + warp * R;
+        if (n_blk != first) {
+            set_rows(n0);
+            load_rows();
+            load_rowp(n0);
+        }
         int acc[R];
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            acc[r] = 0;
-            if (lo + r0 + r < hi) {
-                const signed char* row = stage + (long long)(warp * R + r) * K;
+        for (int r = 0; r < R; ++r) acc[r] = 0;
 #pragma unroll
-                for (int j = 0; j < J; ++j) {
-                    const int c = lane + 32 * j;
-                    if (c < K8) {
-                        const uint2 wv = *reinterpret_cast<const uint2*>(row + 8 * c);
-                        acc[r] = __dp2a_lo((int)hv[j].x, (int)wv.x, acc[r]);
-                        acc[r] = __dp2a_hi((int)hv[j].y, (int)wv.x, acc[r]);
-                        acc[r] = __dp2a_lo((int)hv[j].z, (int)wv.y, acc[r]);
-                        acc[r] = __dp2a_hi((int)hv[j].w, (int)wv.y, acc[r]);
-                    }
-                }
+        for (int j = 0; j < J; ++j)
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                acc[r] = __dp2a_lo((int)hv[j].x, (int)wv[j][r].x, acc[r]);
+                acc[r] = __dp2a_hi((int)hv[j].y, (int)wv[j][r].x, acc[r]);
+                acc[r] = __dp2a_lo((int)hv[j].z, (int)wv[j][r].y, acc[r]);
+                acc[r] = __dp2a_hi((int)hv[j].w, (int)wv[j][r].y, acc[r]);
             }
-        }
         const int sum = warp_sums<R>(acc, lane);  // row e_r's (integers: exact in any order)
-        const int i = r0 + e_r;
-        if (lane % LPR == 0 && lo + i < hi) {
-            const float4 p = rows_p[i];
-            const double s = p.x, d = p.y, a = p.z, m = p.w;
+        const int n = n0 + e_r;
+        if (lane % LPR == 0 && n < N) {
+            const double s = my_rowp.x, d = my_rowp.y, a = my_rowp.z, m = my_rowp.w;
             float u = __int_as_float(0x7f800000), l = NEG_INF_F32;  // every row a candidate unless bounded
             if (h_finite && d <= 1.0e300 && m * l1h <= 1.0e37) {
                 const double A = (double)sum * (s * t);
@@ -192,21 +197,14 @@ __device__ __forceinline__ void lm_screen_body(const float* __restrict__ x, cons
                 u = __double2float_ru(A + B);
                 l = __double2float_rd(A - B);
             }
-            ub[lo + i] = u;
+            ub[n] = u;
             lb_best = fmaxf(lb_best, l);
-        }
-        if (st + n_stages < n_st) {
-            __syncthreads();  // every warp has read the slot
-            if (tid == 0) {
-                bulk_fence_proxy();
-                issue(st + n_stages, true);
-            }
         }
     }
     lb_best = warp_max(lb_best);
     if (lane == 0) lb_warp[warp] = lb_best;
     __syncthreads();
-    if (tid == 0) {
+    if (threadIdx.x == 0) {
         float b = NEG_INF_F32;
 #pragma unroll
         for (int w = 0; w < GEMV_NT_WARPS; ++w) b = fmaxf(b, lb_warp[w]);
@@ -314,12 +312,12 @@ __device__ __forceinline__ void lm_rescore_body(const typename GemvW<BF16>::T* _
 }
 
 #define LM_SCREEN_KERNEL(J)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, 1)                                           \
+    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, LM_SCREEN_MIN_BLOCKS)                        \
         lm_screen_j##J(const float* __restrict__ x, const signed char* __restrict__ q,                         \
                        const float4* __restrict__ rowp, const float* __restrict__ ln_g,                       \
                        const float* __restrict__ ln_b, float eps, int N, int K, float* __restrict__ ub,        \
-                       float* __restrict__ lb_part, float* __restrict__ h_out, int n_stages, int rows_max) {   \
-        lm_screen_body<J>(x, q, rowp, ln_g, ln_b, eps, N, K, ub, lb_part, h_out, n_stages, rows_max);          \
+                       float* __restrict__ lb_part, float* __restrict__ h_out) {                               \
+        lm_screen_body<J>(x, q, rowp, ln_g, ln_b, eps, N, K, ub, lb_part, h_out);                              \
     }
 LM_SCREEN_KERNEL(1)
 LM_SCREEN_KERNEL(2)

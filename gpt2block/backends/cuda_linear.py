@@ -758,12 +758,9 @@ def from_bf16_bits(bits):
 # The greedy LM head through its int8 screen (kernels/lm_screen.cuh, gpt2block/screen.py).
 
 SCREEN_MAX_K = 2048  # lm_screen_j1 .. j8: K <= 256 J
-_LM_SCREEN_STAGE_ROWS = 32  # LM_SCREEN_STAGE_ROWS
-_LM_SCREEN_MAX_STAGES = 16  # LM_SCREEN_MAX_STAGES
-_LM_SCREEN_STATIC_SMEM = 2048  # bytes kept for the kernel's static shared memory (about 500 used)
-SCREEN_STAGES_MAX = _LM_SCREEN_MAX_STAGES  # the most table stages in flight a block (an A/B knob)
+_SCREEN_DEFAULTS = {"LM_SCREEN_ROWS": 4, "LM_SCREEN_MIN_BLOCKS": 2}  # kernels/lm_screen.cuh's
+SCREEN_DEFINES: tuple = ()  # extra #defines of the screen's build (A/B runs: LM_SCREEN_ROWS, _PIN_BYTES, _MIN_BLOCKS)
 _screen_ws: dict = {}
-_smem_optin: dict = {}  # device id -> its largest dynamic shared memory a block
 
 
 @dataclass
@@ -776,10 +773,8 @@ class ScreenTable:
 
 
 def screen_fits(n: int, k: int) -> bool:
-    """Whether lm_head_screened takes a head of N rows of width K on this GPU (compute capability 9.0
-    or later: the table's stages are bulk copies counted on mbarriers)."""
-    major = int(cp.cuda.Device().compute_capability[:-1])
-    return major >= 9 and 0 < k <= SCREEN_MAX_K and k % 16 == 0 and 0 < n < 2**31 // max(k, 1)
+    """Whether lm_head_screened takes a head of N rows of width K."""
+    return 0 < k <= SCREEN_MAX_K and k % 8 == 0 and 0 < n < 2**31 // max(k, 1)
 
 
 def screen_table(w) -> ScreenTable:
@@ -789,8 +784,7 @@ def screen_table(w) -> ScreenTable:
     _check_weights(w, "w", "[N, K]")
     n, k = w.shape
     if not screen_fits(n, k):
-        raise ValueError(f"the LM head screen takes K a multiple of 16 up to {SCREEN_MAX_K} on compute capability"
-                         f" 9.0 or later; got w of shape {tuple(w.shape)} on {cp.cuda.Device().compute_capability}")
+        raise ValueError(f"the LM head screen takes K a multiple of 8 up to {SCREEN_MAX_K}; got w of shape {tuple(w.shape)}")
     q, rowp = screen.table(w)
     return ScreenTable(cp.ascontiguousarray(q), cp.ascontiguousarray(rowp), w.data.ptr)
 
@@ -807,27 +801,11 @@ def _screen_workspace(n: int, k: int, g1: int, stream):
 
 
 def _screen_grids(n: int) -> tuple[int, int]:
-    """(G1, G2): the screen's blocks and the rescore's, one a SM (at most one per row)."""
-    g = min(sm_count(), n)
-    return g, g
-
-
-def _screen_stages(n: int, k: int, g1: int) -> tuple[int, int, int]:
-    """(n_stages, rows_max, dynamic shared memory bytes) of lm_screen_j*: as many stages of table rows
-    as the block's shared memory holds next to h, g, b, the quantized h and its rows' rowp."""
-    rows_max = -(-n // g1)
-    fixed = 14 * k + 16 * rows_max
-    dev = cp.cuda.Device().id
-    if dev not in _smem_optin:
-        _smem_optin[dev] = int(cp.cuda.Device(dev).attributes["MaxSharedMemoryPerBlockOptin"])
-    room = _smem_optin[dev] - _LM_SCREEN_STATIC_SMEM - fixed
-    stage = _LM_SCREEN_STAGE_ROWS * k
-    need = -(-rows_max // _LM_SCREEN_STAGE_ROWS)
-    if room < stage:
-        raise ValueError(f"the LM head screen's stage of {stage} bytes does not fit in shared memory"
-                         f" ({room} bytes left beside its other {fixed})")
-    n_stages = max(1, min(SCREEN_STAGES_MAX, _LM_SCREEN_MAX_STAGES, need, room // stage))
-    return n_stages, rows_max, fixed + n_stages * stage
+    """(G1, G2): the screen's blocks (LM_SCREEN_MIN_BLOCKS a SM, at most one per group of 8 warps'
+    rows) and the rescore's (one a SM)."""
+    d = {**_SCREEN_DEFAULTS, **dict(SCREEN_DEFINES)}
+    sms = sm_count()
+    return min(d["LM_SCREEN_MIN_BLOCKS"] * sms, -(-n // (d["LM_SCREEN_ROWS"] * _GEMV_NT_THREADS // 32))), min(sms, n)
 
 
 def screen_prepare(w, stream=None) -> None:
@@ -855,8 +833,7 @@ def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> No
     if x.shape[1] != k:
         raise ValueError(f"w must have {x.shape[1]} columns (x is {tuple(x.shape)}), got shape {tuple(w.shape)}")
     if not screen_fits(n, k):
-        raise ValueError(f"the LM head screen takes K a multiple of 16 up to {SCREEN_MAX_K} on compute capability"
-                         f" 9.0 or later; got w of shape {tuple(w.shape)} on {cp.cuda.Device().compute_capability}")
+        raise ValueError(f"the LM head screen takes K a multiple of 8 up to {SCREEN_MAX_K}; got w of shape {tuple(w.shape)}")
     if not isinstance(table, ScreenTable) or table.w_ptr != w.data.ptr:
         raise ValueError("table must be screen_table(w) of this w")
     _check_array(table.q, "table.q", 2, (np.int8,))
@@ -879,10 +856,9 @@ def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> No
     defines = _gemv_nt_defines(n, k, 1, bf16)  # the full head's build: one module for both
     wpr, _ = gemv_nt_plan(n, k, _cpt(w), 1, bf16, True, defines=defines)  # the full head's split of K
     j = -(-k // 256)
-    n_stages, rows_max, smem = _screen_stages(n, k, g1)
-    launch(kernel("gemv", f"lm_screen_j{j}", defines), (g1, 1, 1), (_GEMV_NT_THREADS, 1, 1),
-           (x, table.q, table.rowp, g, b, np.float32(eps), _i32(n, "N"), _i32(k, "K"), ub, lb_part, h,
-            np.int32(n_stages), np.int32(rows_max)), smem, stream, programmatic=True)
+    launch(kernel("gemv", f"lm_screen_j{j}", defines + SCREEN_DEFINES), (g1, 1, 1), (_GEMV_NT_THREADS, 1, 1),
+           (x, table.q, table.rowp, g, b, np.float32(eps), _i32(n, "N"), _i32(k, "K"), ub, lb_part, h),
+           3 * k * 4 + 2 * k, stream, programmatic=True)
     args = (w, h, ub, lb_part, _i32(g1, "G1"), _i32(n, "N"), _i32(k, "K"), np.int32(wpr))
     args += _gemv_argmax_args(argmax, 1, g2, stream)
     launch(kernel("gemv", f"lm_rescore_{'bf16' if bf16 else 'f32'}", defines), (g2, 1, 1), (_GEMV_NT_THREADS, 1, 1),
