@@ -33,16 +33,25 @@
 // A non-finite h, or a row whose terms could overflow float32 (m_n |h|_1 > 1e37), gives ub = +inf
 // and lb = -inf: every row a candidate in the worst case, and the result still the full head's.
 //
-// Launch recipe: lm_screen_j{J}: 256 threads, grid G1 >= 1 (any; gpt2block: 2 a SM), dynamic shared
+// Launch recipe: lm_screen_j{J}: 256 threads, grid G1 >= 1 (any; gpt2block: 2 a SM, at most one per 8 R
+// rows, R = LM_SCREEN_ROWS_J(J)), dynamic shared
 // memory 3 K floats + K int16 (h, then ln_f's g and b, then the quantized h); K % 8 == 0, K <= 256 J.
 // lm_rescore_*: 256 threads, grid G2 >= 1 (any; gpt2block: one a SM), dynamic shared memory K floats;
 // wpr the full head's (gemv_nt_plan), so that every candidate's logit has the full head's bits.
 // Both take part in programmatic dependent launch: pass 1 reads its table, q and g / b before its
 // wait, pass 2 nothing.
 
+// Table rows a warp loads at once (their int32 sums meet by warp_sums): the bytes in flight are what
+// the screen waits on. gpt2 (J = 3) b1 tok/s, one process (docs/PERFORMANCE.md, version 28): 4 rows,
+// bf16 6,204-6,213 and fp32 5,216-5,221; 8 rows 6,415-6,421 and 5,320-5,338. From J = 5 on, 8 rows'
+// loads spill (ptxas), so wider heads keep 4.
 #ifndef LM_SCREEN_ROWS
-#define LM_SCREEN_ROWS 4  // table rows per warp at a time (their int32 sums meet by warp_sums)
+#define LM_SCREEN_ROWS 8  // J <= 4 (K <= 1024)
 #endif
+#ifndef LM_SCREEN_ROWS_WIDE
+#define LM_SCREEN_ROWS_WIDE 4  // J > 4
+#endif
+#define LM_SCREEN_ROWS_J(J) ((J) <= 4 ? LM_SCREEN_ROWS : LM_SCREEN_ROWS_WIDE)
 #ifndef LM_SCREEN_PIN_BYTES
 #define LM_SCREEN_PIN_BYTES (24ll << 20)  // of the int8 table, kept in the L2 (evict-last), spread as
                                           // gemv_lm_keep spreads the full head's
@@ -109,7 +118,7 @@ __device__ __forceinline__ void lm_screen_body(const float* __restrict__ x, cons
                                                const float* __restrict__ ln_b, float eps, int N, int K,
                                                float* __restrict__ ub, float* __restrict__ lb_part,
                                                float* __restrict__ h_out) {
-    constexpr int R = LM_SCREEN_ROWS;
+    constexpr int R = LM_SCREEN_ROWS_J(J);
     constexpr int LPR = 32 / R;  // lanes per row sum (warp_sums)
     extern __shared__ float4 gemv_smem4[];
     float* xs = reinterpret_cast<float*>(gemv_smem4);  // h [K], then g, b [2K], then hq int16 [K]

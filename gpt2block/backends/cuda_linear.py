@@ -758,7 +758,7 @@ def from_bf16_bits(bits):
 # The greedy LM head through its int8 screen (kernels/lm_screen.cuh, gpt2block/screen.py).
 
 SCREEN_MAX_K = 2048  # lm_screen_j1 .. j8: K <= 256 J
-_SCREEN_DEFAULTS = {"LM_SCREEN_ROWS": 4, "LM_SCREEN_MIN_BLOCKS": 2}  # kernels/lm_screen.cuh's
+_SCREEN_DEFAULTS = {"LM_SCREEN_ROWS": 8, "LM_SCREEN_ROWS_WIDE": 4, "LM_SCREEN_MIN_BLOCKS": 2}  # lm_screen.cuh's
 SCREEN_DEFINES: tuple = ()  # extra #defines of the screen's build (A/B runs: LM_SCREEN_ROWS, _PIN_BYTES, _MIN_BLOCKS)
 _screen_ws: dict = {}
 
@@ -800,12 +800,13 @@ def _screen_workspace(n: int, k: int, g1: int, stream):
     return got
 
 
-def _screen_grids(n: int) -> tuple[int, int]:
-    """(G1, G2): the screen's blocks (LM_SCREEN_MIN_BLOCKS a SM, at most one per group of 8 warps'
-    rows) and the rescore's (one a SM)."""
+def _screen_grids(n: int, k: int) -> tuple[int, int]:
+    """(G1, G2): the screen's blocks (LM_SCREEN_MIN_BLOCKS a SM, at most one per 8 warps' rows: R a
+    warp, LM_SCREEN_ROWS_J) and the rescore's (one a SM)."""
     d = {**_SCREEN_DEFAULTS, **dict(SCREEN_DEFINES)}
+    rows = d["LM_SCREEN_ROWS"] if -(-k // 256) <= 4 else d["LM_SCREEN_ROWS_WIDE"]
     sms = sm_count()
-    return min(d["LM_SCREEN_MIN_BLOCKS"] * sms, -(-n // (d["LM_SCREEN_ROWS"] * _GEMV_NT_THREADS // 32))), min(sms, n)
+    return min(d["LM_SCREEN_MIN_BLOCKS"] * sms, -(-n // (rows * _GEMV_NT_THREADS // 32))), min(sms, n)
 
 
 def screen_prepare(w, stream=None) -> None:
@@ -814,7 +815,7 @@ def screen_prepare(w, stream=None) -> None:
     from .cuda_ops import argmax_workspace
 
     n, k = w.shape
-    g1, g2 = _screen_grids(n)
+    g1, g2 = _screen_grids(n, k)
     _screen_workspace(n, k, g1, stream)
     argmax_workspace(1, g2, stream)
 
@@ -851,7 +852,7 @@ def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> No
     if argmax is None:
         raise ValueError("the screened LM head gives only the argmax: argmax = (ids, advance, host_out) is required")
     bf16 = w.dtype != np.float32
-    g1, g2 = _screen_grids(n)
+    g1, g2 = _screen_grids(n, k)
     ub, lb_part, h = _screen_workspace(n, k, g1, stream)
     defines = _gemv_nt_defines(n, k, 1, bf16)  # the full head's build: one module for both
     wpr, _ = gemv_nt_plan(n, k, _cpt(w), 1, bf16, True, defines=defines)  # the full head's split of K

@@ -56,7 +56,7 @@ def test_screened_head_equals_full_head(wdtype, d, n, kind):
         step = cp.asarray(step_host)
         mapped = cuda_ops.MappedInts(1)
         mapped.array[:] = -1
-        ub_ws = L._screen_workspace(n, d, L._screen_grids(n)[0], None)[0]
+        ub_ws = L._screen_workspace(n, d, L._screen_grids(n, d)[0], None)[0]
         ub_ws.fill(cp.nan)  # poisoned: pass 1 writes every row
         L.lm_head_screened(x, table, w, ln, (ids, step, mapped))
         cp.cuda.get_current_stream().synchronize()
@@ -68,7 +68,7 @@ def test_screened_head_equals_full_head(wdtype, d, n, kind):
     if kind == "nan_x":
         assert int(want[0]) == 0
     # every finite logit of the full head lies in its row's interval; lb_part holds the largest lb
-    ub, lb_part, h = L._screen_workspace(n, d, L._screen_grids(n)[0], None)
+    ub, lb_part, h = L._screen_workspace(n, d, L._screen_grids(n, d)[0], None)
     lg = cp.asnumpy(logits[0])
     u = cp.asnumpy(ub)
     assert not np.isnan(u).any()
@@ -99,7 +99,7 @@ def test_screened_head_h_out_is_the_full_heads_layernorm():
     logits = cp.empty((1, n), cp.float32)
     L.gemv_nt(x, w, logits, ln=(g, b, 1e-5))
     L.lm_head_screened(x, L.screen_table(w), w, (g, b, 1e-5), (cp.zeros(1, cp.int32), None, None))
-    h = L._screen_workspace(n, d, L._screen_grids(n)[0], None)[2]
+    h = L._screen_workspace(n, d, L._screen_grids(n, d)[0], None)[2]
     assert cp.array_equal(h.view(cp.uint32), logits[0].view(cp.uint32))
 
 

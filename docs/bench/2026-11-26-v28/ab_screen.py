@@ -15,8 +15,8 @@ from scripts.decode_rate import rate  # noqa: E402
 
 CASES = (("gpt2", "bf16", 1, 128, 3), ("gpt2", "fp32", 1, 128, 3), ("gpt2-medium", "bf16", 1, 64, 2),
          ("gpt2-xl", "fp32", 1, 48, 1))
-if len(sys.argv) > 1:
-    CASES = CASES[: int(sys.argv[1])]
+if len(sys.argv) > 1:  # a count of the cases, or the sizes to run
+    CASES = CASES[: int(sys.argv[1])] if sys.argv[1].isdigit() else [c for c in CASES if c[0] in sys.argv[1].split(",")]
 for size, prec, batch, steps, rounds in CASES:
     w = ModelWeights.random(SIZES[size], seed=0)
     r = make_runner(w, "cuda", prec)
@@ -29,7 +29,7 @@ for size, prec, batch, steps, rounds in CASES:
                 r.stream.synchronize()
                 n, k = r.wte_dec.shape
                 ub, lbp, _ = cuda_linear._screen_ws[(cp.cuda.Device().id, r.stream.ptr, n, k,
-                                                      cuda_linear._screen_grids(n)[0])]
+                                                      cuda_linear._screen_grids(n, k)[0])]
                 extra = f" (last step: {int((ub >= lbp.max()).sum())} candidates)"
             print(f"round {rnd} {size} {prec} b{batch} screen {'on ' if on else 'off'}: {tps:,.0f} tok/s{extra}",
                   flush=True)
