@@ -17,6 +17,8 @@ import numpy as np
 
 QMAX = 127  # q in [-QMAX, QMAX]
 H_SLACK = 0.51  # |h - t p| <= H_SLACK t: round to nearest, plus the float32 rounding of h / t
+H_MIN = 2.0**-100  # max|h| below this (or h not finite): no bound, every row a candidate
+FTZ = 2.0**-120  # the widening for flushed subnormals: FTZ (K (m + 1) + |h|_1 + 8)
 ROWP_FIELDS = ("scale", "err_max", "q_abs_sum", "w_abs_max")  # rowp's columns
 
 
@@ -71,29 +73,28 @@ def h_steps(k: int) -> int:
 
 def bounds(h, q, rowp):
     """(ub, lb) float32 [N] of the kernel for h [K] (float32, ln_f's output): float64 arithmetic, ub
-    rounded up and lb down; (+inf, -inf) where h or the row is not finite or could overflow."""
+    rounded up and lb down; (+inf, -inf) where h or the row is not finite or could overflow, and
+    everywhere when max|h| < H_MIN."""
     xp = _xp(h)
     h = h.astype(xp.float32)
     k = h.shape[0]
     p_max = h_steps(k)
     n = q.shape[0]
-    if not bool((xp.abs(h) <= 3.0e38).all()):  # inf or NaN (or next to overflow): no bound
+    # inf or NaN (or next to overflow), or all of h tiny: no bound
+    if not bool((xp.abs(h) <= 3.0e38).all()) or not float(xp.abs(h).max()) >= H_MIN:
         return xp.full(n, np.inf, xp.float32), xp.full(n, -np.inf, xp.float32)
     l1 = float(xp.abs(h.astype(xp.float64)).sum())
-    mx = float(xp.abs(h).max()) if k else 0.0
-    if mx > 0:
-        inv = np.float32(np.float32(p_max) / np.float32(mx))
-        p = xp.clip(xp.rint(h * inv), -p_max, p_max).astype(xp.int64)
-        t = mx / p_max
-    else:
-        p = xp.zeros(k, xp.int64)
-        t = 0.0
+    mx = float(xp.abs(h).max())
+    inv = np.float32(np.float32(p_max) / np.float32(mx))
+    p = xp.clip(xp.rint(h * inv), -p_max, p_max).astype(xp.int64)
+    t = mx / p_max
     acc = q.astype(xp.int64) @ p
     s, d, a, m = (rowp[:, i].astype(xp.float64) for i in range(4))
     gamma = k * 2.0**-24 / (1 - k * 2.0**-24)
     big = acc.astype(xp.float64) * (s * t)
     with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 in rows that ok (below) leaves unbounded
-        b = (d * l1 + H_SLACK * s * t * a + gamma * m * l1) * (1 + 2.0**-30) + 2.0**-40 * xp.abs(big)
+        b = ((d * l1 + H_SLACK * s * t * a + gamma * m * l1 + FTZ * (k * (m + 1) + l1 + 8)) * (1 + 2.0**-30)
+             + 2.0**-40 * xp.abs(big))
     ok = xp.isfinite(d) & (m * l1 <= 1e37)
     ub = xp.where(ok, _round_up_f32(big + b, xp), np.float32(np.inf)).astype(xp.float32)
     lb = xp.where(ok, -_round_up_f32(b - big, xp), np.float32(-np.inf)).astype(xp.float32)

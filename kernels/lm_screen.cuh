@@ -30,7 +30,8 @@
 // float32 sum is within gamma_K sum_k |h_k w_nk| <= gamma_K m_n |h|_1 of h . w_n (gamma_K =
 // K u / (1 - K u), u = 2^-24: any order of K float32 FMAs and adds). A_n and the bound are formed in
 // float64 and widened by 2^-30 of the bound and 2^-40 of |A_n|; ub is rounded up, lb down to a float32.
-// A non-finite h, or a row whose terms could overflow float32 (m_n |h|_1 > 1e37), gives ub = +inf
+// It is widened further for flushed subnormals (LM_SCREEN_FTZ, below). A non-finite h, an h whose largest
+// |h_k| is below 2^-100, or a row whose terms could overflow float32 (m_n |h|_1 > 1e37), gives ub = +inf
 // and lb = -inf: every row a candidate in the worst case, and the result still the full head's.
 //
 // Launch recipe: lm_screen_j{J}: 256 threads, grid G1 >= 1 (any; gpt2block: 2 a SM, at most one per 8 R
@@ -62,6 +63,12 @@
 #ifndef LM_SCREEN_MIN_BLOCKS
 #define LM_SCREEN_MIN_BLOCKS 2
 #endif
+
+// Flushed subnormals: CuPy builds every module with -ftz, so each of the full head's FMAs and adds may lose
+// up to 2^-126 to a flushed input or result. The interval is widened by LM_SCREEN_FTZ (K (m_n + 1) + |h|_1 + 8),
+// which covers K flushed h_k (each |h_k w_nk| <= 2^-126 m_n), the flushed w_nk (sum <= 2^-126 |h|_1) and
+// K + 8 flushed sums, with room to spare.
+#define LM_SCREEN_FTZ 0x1p-120
 
 // 8 bytes (8 int8 of a table row) before pdl_wait, with an L2 eviction policy (as ld_pre_wait4u).
 __device__ __forceinline__ uint2 lm_ld8(const void* p, unsigned long long policy) {
@@ -102,8 +109,12 @@ __device__ __forceinline__ void lm_screen_quantize_h(const float* xs, short* hq,
         mx = fmaxf(mx, part_max[w]);
     }
     const int P = min(32767, 2147483647 / (127 * K));
+    // bounded only for a finite h whose largest |h_k| is at least 2^-100: below that, P / max|h| could
+    // overflow and the full head's flushed subnormals (CuPy builds with -ftz) are no longer small
+    // against t; then l1 is set to inf, which makes every row a candidate
+    if (!(mx >= 0x1p-100f)) l1 = __longlong_as_double(0x7ff0000000000000ll);
     const bool finite = l1 <= 1.0e300;  // false for inf and NaN
-    const float inv = (finite && mx > 0.0f) ? (float)P / mx : 0.0f;
+    const float inv = finite ? (float)P / mx : 0.0f;
     for (int k = tid; k < K4; k += GEMV_NT_THREADS) {
         const float4 v = xs4[k];
         const float hv[4] = {v.x, v.y, v.z, v.w};
@@ -111,7 +122,7 @@ __device__ __forceinline__ void lm_screen_quantize_h(const float* xs, short* hq,
         for (int c = 0; c < 4; ++c) hq[4 * k + c] = (short)max(-P, min(P, __float2int_rn(hv[c] * inv)));
     }
     l1_out = l1;
-    t_out = (finite && mx > 0.0f) ? (double)mx / (double)P : 0.0;
+    t_out = finite ? (double)mx / (double)P : 0.0;
     __syncthreads();  // hq complete
 }
 
@@ -164,7 +175,10 @@ __device__ __forceinline__ void lm_screen_body(const float* __restrict__ x, cons
     load_rowp(first + warp * R);
     gemv_ln_stage_gb(ln_g, ln_b, xs + K, K);
     pdl_wait();
-    gemv_ln_row_block(x, xs + K, xs, K, eps);  // h, exactly as the full head's
+    if (GEMV_LN_BLOCK_M1)  // h, exactly as the full head's (gemv_nt_body's choice at one token)
+        gemv_ln_row_block(x, xs + K, xs, K, eps);
+    else
+        gemv_ln_rows(x, xs + K, xs, 1, K, eps);
     double l1h, t;
     lm_screen_quantize_h(xs, hq, K, l1h, t);
     if (blockIdx.x == 0)
@@ -205,9 +219,12 @@ __device__ __forceinline__ void lm_screen_body(const float* __restrict__ x, cons
             float u = __int_as_float(0x7f800000), l = NEG_INF_F32;  // every row a candidate unless bounded
             if (h_finite && d <= 1.0e300 && m * l1h <= 1.0e37) {
                 const double A = (double)sum * (s * t);
-                const double B = (d * l1h + 0.51 * s * t * a + gamma * m * l1h) * (1.0 + 0x1p-30) + 0x1p-40 * fabs(A);
+                const double B = (d * l1h + 0.51 * s * t * a + gamma * m * l1h + LM_SCREEN_FTZ * (K * (m + 1.0) + l1h + 8.0))
+                                     * (1.0 + 0x1p-30) + 0x1p-40 * fabs(A);
                 u = __double2float_ru(A + B);
                 l = __double2float_rd(A - B);
+                if ((double)u < A + B) u = 0x1p-126f;  // a subnormal rounded up, then flushed to 0
+                if ((double)l > A - B) l = -0x1p-126f;
             }
             ub[n] = u;
             lb_best = fmaxf(lb_best, l);

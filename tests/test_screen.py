@@ -124,13 +124,30 @@ def test_a_non_finite_h_makes_every_row_a_candidate():
         assert screen.candidates(ub, lb).size == 50
 
 
-def test_a_zero_h_and_an_infinite_row():
+def test_a_tiny_or_zero_h_makes_every_row_a_candidate_and_an_infinite_row_always_is_one():
     rng = np.random.default_rng()
     w = (rng.standard_normal((20, 16)) * 0.02).astype(np.float32)
     w[4, 2] = -np.inf
     q, rowp = screen.table(w)
-    ub, lb = screen.bounds(np.zeros(16, np.float32), q, rowp)
-    ok = np.arange(20) != 4
-    assert (ub[ok] == 0).all() and (lb[ok] == 0).all()
-    assert np.isposinf(ub[4]) and np.isneginf(lb[4])
-    assert set(screen.candidates(ub, lb)) == set(range(20))  # all tie at 0
+    for h in (np.zeros(16, np.float32), np.full(16, 1e-36, np.float32), np.full(16, 2.0**-101, np.float32)):
+        ub, lb = screen.bounds(h, q, rowp)
+        assert np.isposinf(ub).all() and np.isneginf(lb).all()
+    ub, lb = screen.bounds(rng.standard_normal(16).astype(np.float32), q, rowp)
+    assert np.isposinf(ub[4]) and np.isneginf(lb[4]) and np.isfinite(np.delete(ub, 4)).all()
+    assert 4 in screen.candidates(ub, lb)
+
+
+def test_intervals_hold_what_flushed_subnormals_leave_of_a_logit():
+    """CuPy builds with -ftz: the full head's tiny products and sums may flush to 0. h = 2^-60 everywhere,
+    row 0 = 0.9 2^-66 everywhere (each product subnormal: that logit comes out 0), row 1 = 1.5 2^-66 at one
+    place (its logit 1.5 2^-126, normal): row 1 wins on the GPU and must stay a candidate."""
+    k = 64
+    h = np.full(k, 2.0**-60, np.float32)
+    w = np.zeros((2, k), np.float32)
+    w[0] = 0.9 * 2.0**-66
+    w[1, 0] = 1.5 * 2.0**-66
+    q, rowp = screen.table(w)
+    ub, lb = screen.bounds(h, q, rowp)
+    exact = w.astype(np.float64) @ h.astype(np.float64)
+    assert lb[0] <= 0.0 <= ub[0] and lb[0] <= exact[0] <= ub[0]
+    assert 1 in screen.candidates(ub, lb)

@@ -337,7 +337,8 @@ class CudaRunner(Runner):
         """ln_f, the LM head and the argmax of a decode step (logits False: the argmax alone, through
         the screen where SCREEN_HEAD and the head's shape allow it)."""
         if not logits and self._screened(b):
-            self._screen_prepare()
+            if self._screen is None:  # made by _decode_chained before the step's kernels, never in between
+                raise RuntimeError("the LM head's screen was not prepared before the step (_screen_prepare)")
             c = self.config
             cuda_linear.lm_head_screened(self.x[:1], self._screen, self.wte_dec,
                                          (self.ln_f_g, self.ln_f_b, c.layer_norm_epsilon),
@@ -441,9 +442,11 @@ class CudaRunner(Runner):
         argmax_ring[slot] (mapped host memory: no copy after the kernels), then an event."""
         ring = cache.argmax_ring[slot]
         with self.stream:
+            if self._screened(cache.batch) and cache.graph_chain[slot] is None:
+                # the table and workspaces (allocations, CuPy kernels): before the step's kernels, so never
+                # under a capture, and finished before the screen reads the table ahead of its pdl_wait
+                self._screen_prepare()
             if cache.graph_chain[slot] is None and self.use_graphs:
-                if self._screened(cache.batch):
-                    self._screen_prepare()  # allocates: not under the capture
                 self.stream.synchronize()  # once per slot: capture starts on an idle stream
                 self.stream.begin_capture()
                 try:

@@ -559,12 +559,7 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     if ln is not None:
         if epilogue == "bias_residual":
             raise ValueError("ln is not available with epilogue 'bias_residual'")
-        g, b, eps = ln
-        for name, arr in (("ln gain", g), ("ln bias", b)):
-            _check_array(arr, name, 1)
-            _check_shape(arr, name, (k,))
-            if arr.data.ptr % 16:
-                raise ValueError(f"{name} must be 16-byte aligned; got address {arr.data.ptr:#x}")
+        g, b, eps = _check_ln(ln, k)
     caches = {}
     kv_args = ()
     if kv is not None:
@@ -611,6 +606,17 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     smem = (m + 2) * k * 4 if ln is not None else 0
     launch(kernel("gemv", name, defines), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args, smem, stream,
            programmatic=True)
+
+
+def _check_ln(ln, k: int) -> tuple:
+    """(g, b, eps) of a fused LayerNorm's ``ln``, g and b float32 [k], contiguous, 16-byte aligned."""
+    g, b, eps = ln
+    for name, arr in (("ln gain", g), ("ln bias", b)):
+        _check_array(arr, name, 1)
+        _check_shape(arr, name, (k,))
+        if arr.data.ptr % 16:
+            raise ValueError(f"{name} must be 16-byte aligned; got address {arr.data.ptr:#x}")
+    return g, b, eps
 
 
 def _gemv_argmax_args(argmax, m: int, grid: int, stream) -> tuple:
@@ -765,7 +771,8 @@ _screen_ws: dict = {}
 
 @dataclass
 class ScreenTable:
-    """The int8 screen of an LM head w [N, K]: q int8 [N, K], rowp float32 [N, 4] (screen.table)."""
+    """The int8 screen of an LM head w [N, K]: q int8 [N, K], rowp float32 [N, 4] (screen.table), made from
+    w as it was then: remake it (screen_table) after w's values change."""
 
     q: object
     rowp: object
@@ -777,6 +784,11 @@ def screen_fits(n: int, k: int) -> bool:
     return 0 < k <= SCREEN_MAX_K and k % 8 == 0 and 0 < n < 2**31 // max(k, 1)
 
 
+def _screen_unfit(shape) -> str:
+    return (f"the LM head screen takes K a multiple of 8 up to {SCREEN_MAX_K} and N K below 2^31; got w of shape"
+            f" {tuple(shape)}")
+
+
 def screen_table(w) -> ScreenTable:
     """The screen of the LM head w [N, K] (float32, or bf16 bits as uint16), made on the GPU."""
     from .. import screen
@@ -784,7 +796,7 @@ def screen_table(w) -> ScreenTable:
     _check_weights(w, "w", "[N, K]")
     n, k = w.shape
     if not screen_fits(n, k):
-        raise ValueError(f"the LM head screen takes K a multiple of 8 up to {SCREEN_MAX_K}; got w of shape {tuple(w.shape)}")
+        raise ValueError(_screen_unfit(w.shape))
     q, rowp = screen.table(w)
     return ScreenTable(cp.ascontiguousarray(q), cp.ascontiguousarray(rowp), w.data.ptr)
 
@@ -834,7 +846,7 @@ def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> No
     if x.shape[1] != k:
         raise ValueError(f"w must have {x.shape[1]} columns (x is {tuple(x.shape)}), got shape {tuple(w.shape)}")
     if not screen_fits(n, k):
-        raise ValueError(f"the LM head screen takes K a multiple of 8 up to {SCREEN_MAX_K}; got w of shape {tuple(w.shape)}")
+        raise ValueError(_screen_unfit(w.shape))
     if not isinstance(table, ScreenTable) or table.w_ptr != w.data.ptr:
         raise ValueError("table must be screen_table(w) of this w")
     _check_array(table.q, "table.q", 2, (np.int8,))
@@ -843,12 +855,7 @@ def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> No
     _check_shape(table.rowp, "table.rowp", (n, 4))
     if x.data.ptr % 16:
         raise ValueError(f"x must be 16-byte aligned; got address {x.data.ptr:#x}")
-    g, b, eps = ln
-    for name, arr in (("ln gain", g), ("ln bias", b)):
-        _check_array(arr, name, 1)
-        _check_shape(arr, name, (k,))
-        if arr.data.ptr % 16:
-            raise ValueError(f"{name} must be 16-byte aligned; got address {arr.data.ptr:#x}")
+    g, b, eps = _check_ln(ln, k)
     if argmax is None:
         raise ValueError("the screened LM head gives only the argmax: argmax = (ids, advance, host_out) is required")
     bf16 = w.dtype != np.float32

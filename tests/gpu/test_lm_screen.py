@@ -88,6 +88,39 @@ def test_screened_head_equals_full_head(wdtype, d, n, kind):
     print(f"{wdtype} d={d} n={n} {kind}: {cand.size} candidates")
 
 
+@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
+@pytest.mark.parametrize("case", ["tiny_h", "flushed_products"])
+def test_screened_head_at_the_edge_of_underflow(wdtype, case):
+    """Values where CuPy's -ftz builds flush: h near 1e-36 (every row a candidate: max|h| < 2^-100), and
+    h = 2^-60 with products of 0.9 2^-126 that the full head flushes to 0 while row 1's logit,
+    1.5 2^-126, stays (row 1 wins). The screened winner is the full head's."""
+    k, n = 64, 50
+    rng = np.random.default_rng()
+    x = cp.asarray(rng.standard_normal((1, k)).astype(np.float32))
+    g = cp.zeros(k, cp.float32)  # h = LN(x) g + b = b
+    w = np.zeros((n, k), np.float32)
+    if case == "tiny_h":
+        bh = np.full(k, 1e-37, np.float32)
+        bh[0] = 1e-36
+        w[0, :2] = [1.0, -0.5]
+        w[1, 0] = 0.9
+    else:
+        bh = np.full(k, 2.0**-60, np.float32)
+        w[0] = 0.9 * 2.0**-66
+        w[1, 0] = 1.5 * 2.0**-66
+    b = cp.asarray(bh)
+    w = cp.asarray(w)
+    if wdtype == "bf16":
+        w = L.to_bf16_bits(w)
+    ln = (g, b, 1e-5)
+    logits = cp.empty((1, n), cp.float32)
+    want = cp.full(1, -1, cp.int32)
+    L.gemv_nt(x, w, logits, ln=ln, argmax=(want, None, None))
+    ids = cp.full(1, -1, cp.int32)
+    L.lm_head_screened(x, L.screen_table(w), w, ln, (ids, None, None))
+    assert int(ids[0]) == int(want[0]), f"{case}: screened {int(ids[0])}, full head {int(want[0])}"
+
+
 def test_screened_head_h_out_is_the_full_heads_layernorm():
     """h (block 0's LN(x)) has the bits of LN(x) as the full head forms it: the logit of a row e_k is h_k."""
     rng = np.random.default_rng()
