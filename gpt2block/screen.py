@@ -1,14 +1,15 @@
 """The greedy LM head's int8 screen: its table, and a float64 model of its bounds.
 
 At batch 1 a greedy decode step needs only the argmax of the logits. The CUDA backend takes it in
-two passes (kernels/lm_screen.cuh): an int8 copy of the head gives every row an interval [lb, ub]
+two passes (kernels/lm_screen.cu): an int8 copy of the head gives every row an interval [lb, ub]
 that surely holds its logit, and only the rows whose ub reaches the largest lb (the candidates) are
 then formed exactly, as the full head forms them. The winner is the full head's, bit for bit; the
 head's bytes read drop to about a half (bf16 weights) or a quarter (float32) plus the candidates.
 
 ``table(w)`` makes the int8 copy from the exact head (the decode copy: float32, or bf16 bits as
-uint16); ``bounds(h, q, rowp)`` is the kernel's interval in NumPy, for tests and for reading. Both
-take NumPy or CuPy arrays (``xp`` is the module of the input).
+uint16); the CUDA backend makes the same table, bit for bit, with a kernel (lm_screen_table_*).
+``bounds(h, q, rowp)`` is the kernel's interval in NumPy, for tests and for reading. Both take NumPy
+or CuPy arrays (``xp`` is the module of the input).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 QMAX = 127  # q in [-QMAX, QMAX]
 H_SLACK = 0.51  # |h - t p| <= H_SLACK t: round to nearest, plus the float32 rounding of h / t
 H_MIN = 2.0**-100  # max|h| below this (or h not finite): no bound, every row a candidate
+F32_MIN = 2.0**-126  # the least normal float32: the table's s and d are never below (0 aside)
 FTZ = 2.0**-120  # the widening for flushed subnormals: FTZ (K (m + 1) + |h|_1 + 8)
 ROWP_FIELDS = ("scale", "err_max", "q_abs_sum", "w_abs_max")  # rowp's columns
 
@@ -37,9 +39,11 @@ def _as_f64(w, xp):
 
 def table(w, rows_per_chunk: int = 8192):
     """(q int8 [N, K], rowp float32 [N, 4]) of the exact head w [N, K] (float32, or bf16 bits as
-    uint16). Row n: scale s = max|w_n| / 127 (a float32; 1 for a row of zeros), q = round(w_n / s),
-    and rowp[n] = (s, max_k |w_nk - s q_nk| rounded up, sum_k |q_nk|, max_k |w_nk|). A row with a
-    non-finite weight gets q = 0 and an infinite error (it is then always a candidate)."""
+    uint16). Row n: scale s = max|w_n| / 127 rounded to a float32 and at least 2^-126 (1 for a row of
+    zeros), q = round(w_n / s), and rowp[n] = (s, d, sum_k |q_nk|, max_k |w_nk|), d = max_k |w_nk - s q_nk|
+    rounded up to a float32 and at least 2^-126 unless 0. s and d are normal floats, so that a kernel
+    built with -ftz reads them whole. A row with a non-finite weight gets q = 0 and an infinite error
+    (it is then always a candidate)."""
     xp = _xp(w)
     if w.ndim != 2:
         raise ValueError(f"the LM head must be 2-D [N, K]; got shape {tuple(w.shape)}")
@@ -52,15 +56,16 @@ def table(w, rows_per_chunk: int = 8192):
         finite = xp.isfinite(wf).all(axis=1)
         wf = xp.where(finite[:, None], wf, 0.0)
         wmax = xp.abs(wf).max(axis=1)
-        s = (wmax / QMAX).astype(xp.float32)
-        s = xp.where(s > 0, s, xp.float32(1.0))
+        s = xp.maximum((wmax / QMAX).astype(xp.float32), xp.float32(F32_MIN))
+        s = xp.where(wmax > 0, s, xp.float32(1.0))
         s64 = s.astype(xp.float64)[:, None]
         qq = xp.clip(xp.rint(wf / s64), -QMAX, QMAX)
         err = xp.abs(wf - s64 * qq).max(axis=1)  # exact: s q has at most 31 significant bits
         err = xp.where(finite, err, np.inf)
         q[r0:r1] = qq.astype(xp.int8)
         rowp[r0:r1, 0] = s
-        rowp[r0:r1, 1] = _round_up_f32(err, xp)
+        d = xp.where((err > 0) & (err < F32_MIN), F32_MIN, err)
+        rowp[r0:r1, 1] = _round_up_f32(d, xp)
         rowp[r0:r1, 2] = xp.abs(qq).sum(axis=1).astype(xp.float32)  # at most 127 K: exact
         rowp[r0:r1, 3] = wmax.astype(xp.float32)  # a float32 value already
     return q, rowp

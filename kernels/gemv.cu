@@ -701,6 +701,8 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
 
 // ---------------------------------------------------------------------------------------------
 // The exported kernels.
+// (lm_screen.cu includes this file with GEMV_DEVICE_ONLY defined: the device code above without them.)
+#ifndef GEMV_DEVICE_ONLY
 
 #define GEMV_KERNEL(name, bf16, epi)                                                                           \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                                 \
@@ -782,4 +784,4 @@ GEMV_NT_KERNEL(gemv_bf16_nt_bias_gelu, true, GEMV_EPI_GELU, false)
 GEMV_NT_KERNEL(gemv_bf16_nt_bias_residual, true, GEMV_EPI_RESIDUAL, false)
 GEMV_NT_KV_KERNEL(gemv_f32_nt_ln_bias_kv, false)
 GEMV_NT_KV_KERNEL(gemv_bf16_nt_ln_bias_kv, true)
-#include "lm_screen.cuh"  // the greedy LM head in two passes: an int8 screen, then the candidates exactly
+#endif  // GEMV_DEVICE_ONLY

@@ -14,7 +14,7 @@ the SM clock (clock64) after pdl_wait and at these points:
     end the block's end (a barrier, then the stamp)
   attention_decode_f32:
     q   q has landed      fold  the first round folded      pv  the groups' P V summed      end
-  lm_screen_j* (the greedy head's screen, "gemv, LayerNorm" of grid one a SM): x, ln as above, w its h
+  lm_screen (the greedy head's screen, "gemv, LayerNorm" of grid one a SM): x, ln as above, w its h
     quantized, end;  lm_rescore_* (the same grid, no LayerNorm): w the largest lb known, dot its
     candidates formed, end
 Runs SIZE on random weights (five kernels a block), a 16-token prefill and a few greedy steps,
@@ -80,36 +80,37 @@ TRIG = ('__device__ __forceinline__ void pdl_trigger() {\n',
 WAIT = ('    asm volatile("griddepcontrol.wait;\\n" ::: "memory");\n#endif\n}',
         '    asm volatile("griddepcontrol.wait;\\n" ::: "memory");\n#endif\n    tr_gmark(4);\n    tr_mark(13);\n}')
 DUMMY = "if (tr_t0() && tr_u({}) == 0x7fc00001u) tr_rec[0] = 0;"  # never true in practice
-EDITS = {
-    "gemv.cu": [
-        ("    cp_async_wait<0>();  // this thread's pieces and its share of g and b\n", "    tr_mark(5);\n"),
-        ("    for (int k = tid; k < K4; k += GEMV_NT_THREADS) xs4[k] = ln_apply4(xs4[k], st, gs4[k], bs4[k]);\n"
-         "    __syncthreads();\n", "    tr_mark(8);\n"),
-        ("            gemv_ln_rows(x, xs + M * K, xs, M, K, eps);\n    }\n",
-         "    " + DUMMY.format("wv[0][ROWS - 1]") + "\n    tr_mark(9);\n"),
-        ("            load_batch(k0);\n        }\n", "        tr_mark(16);\n"),
-        ("                if (lane % LPS == r) mine = s;\n            }\n        }\n", "        tr_mark(17);\n"),
-        ("            __syncthreads();  // red is reused by the next row group\n        }\n", "        tr_mark(10);\n"),
-        ("    if (ARGMAX && am.out != nullptr) gemv_argmax_finish<MP>(am, best_v, best_i, M, lane, warp);\n",
-         "    __syncthreads();\n    tr_mark(12);\n    tr_gmark(14);\n"),
-        # the screened LM head (lm_screen.cuh): the screen's h quantized (w) and its end; the rescore's
-        # largest lb known (w), its candidates formed (dot) and its end
-        ("    lm_screen_quantize_h(xs, hq, K, l1h, t);\n", "    tr_mark(9);\n"),
-        ("        lb_part[blockIdx.x] = b;\n    }\n", "    __syncthreads();\n    tr_mark(12);\n    tr_gmark(14);\n"),
-        ("    for (int q = 0; q < GEMV_NT_WARPS; ++q) L = fmaxf(L, lb_warp[q]);\n", "    tr_mark(9);\n"),
-        ("                    best_i = n;\n                }\n            }\n        }\n    }\n", "    tr_mark(16);\n"),
-        ("    gemv_argmax_finish<1>(am, best_v, best_i, 1, lane, warp);\n",
-         "    __syncthreads();\n    tr_mark(12);\n    tr_gmark(14);\n"),
-    ],
-    "attention.cu": [
-        ("    qv.x *= ATTN_SCALE; qv.y *= ATTN_SCALE; qv.z *= ATTN_SCALE; qv.w *= ATTN_SCALE;\n",
-         "    " + DUMMY.format("qv") + "\n    tr_mark(5);\n"),
-        ("    attn_dec_fold(qv, kr, vr, n0, sc, red[0], stat, m_run, l_run, o);\n", "    tr_mark(6);\n"),
-        ("        for (int gi = 0; gi < 8; ++gi) a += red[gi][tid];\n    }\n", "    tr_mark(7);\n"),
-        ("        if (tid < 64) orow[tid] = a / l_run;\n", "        tr_mark(12);\n        tr_gmark(14);\n"),
-        ("        orow[tid] = A / L;\n    }\n", "    tr_mark(12);\n    tr_gmark(14);\n"),
-    ],
-}
+GEMV_EDITS = [
+    ("    cp_async_wait<0>();  // this thread's pieces and its share of g and b\n", "    tr_mark(5);\n"),
+    ("    for (int k = tid; k < K4; k += GEMV_NT_THREADS) xs4[k] = ln_apply4(xs4[k], st, gs4[k], bs4[k]);\n"
+     "    __syncthreads();\n", "    tr_mark(8);\n"),
+    ("            gemv_ln_rows(x, xs + M * K, xs, M, K, eps);\n    }\n",
+     "    " + DUMMY.format("wv[0][ROWS - 1]") + "\n    tr_mark(9);\n"),
+    ("            load_batch(k0);\n        }\n", "        tr_mark(16);\n"),
+    ("                if (lane % LPS == r) mine = s;\n            }\n        }\n", "        tr_mark(17);\n"),
+    ("            __syncthreads();  // red is reused by the next row group\n        }\n", "        tr_mark(10);\n"),
+    ("    if (ARGMAX && am.out != nullptr) gemv_argmax_finish<MP>(am, best_v, best_i, M, lane, warp);\n",
+     "    __syncthreads();\n    tr_mark(12);\n    tr_gmark(14);\n"),
+]
+SCREEN_EDITS = [  # lm_screen.cu, which includes gemv.cu's device code (and so its anchors)
+    # the screened LM head: the screen's h quantized (w) and its end; the rescore's largest lb known
+    # (w), its candidates formed (dot) and its end
+    ("    lm_screen_quantize_h(xs, hq, K, l1h, t);\n", "    tr_mark(9);\n"),
+    ("        lb_part[blockIdx.x] = b;\n    }\n", "    __syncthreads();\n    tr_mark(12);\n    tr_gmark(14);\n"),
+    ("    for (int q = 0; q < GEMV_NT_WARPS; ++q) L = fmaxf(L, lb_warp[q]);\n", "    tr_mark(9);\n"),
+    ("                    best_i = n;\n                }\n            }\n        }\n    }\n", "    tr_mark(16);\n"),
+    ("    gemv_argmax_finish<1>(am, best_v, best_i, 1, lane, warp);\n",
+     "    __syncthreads();\n    tr_mark(12);\n    tr_gmark(14);\n"),
+]
+ATTENTION_EDITS = [
+    ("    qv.x *= ATTN_SCALE; qv.y *= ATTN_SCALE; qv.z *= ATTN_SCALE; qv.w *= ATTN_SCALE;\n",
+     "    " + DUMMY.format("qv") + "\n    tr_mark(5);\n"),
+    ("    attn_dec_fold(qv, kr, vr, n0, sc, red[0], stat, m_run, l_run, o);\n", "    tr_mark(6);\n"),
+    ("        for (int gi = 0; gi < 8; ++gi) a += red[gi][tid];\n    }\n", "    tr_mark(7);\n"),
+    ("        if (tid < 64) orow[tid] = a / l_run;\n", "        tr_mark(12);\n        tr_gmark(14);\n"),
+    ("        orow[tid] = A / L;\n    }\n", "    tr_mark(12);\n    tr_gmark(14);\n"),
+]
+EDITS = {"gemv.cu": GEMV_EDITS, "lm_screen.cu": GEMV_EDITS + SCREEN_EDITS, "attention.cu": ATTENTION_EDITS}
 
 _read = cuda_modules.read_source
 

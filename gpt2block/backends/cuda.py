@@ -356,9 +356,9 @@ class CudaRunner(Runner):
 
     def _screen_prepare(self) -> None:
         """The screen's table (once per runner) and workspaces on the runner's stream: outside any capture."""
-        if self._screen is None:
-            self._screen = cuda_linear.screen_table(self.wte_dec)
         cuda_linear.screen_prepare(self.wte_dec, self.stream)
+        if self._screen is None:
+            self._screen = cuda_linear.screen_table(self.wte_dec, self.stream)
 
     def _fused_fits(self, b: int) -> bool:
         """Whether this step runs its blocks in the one decode_layers kernel."""

@@ -15,9 +15,9 @@ argument before anything is launched. Nothing here synchronizes the stream.
                                residual epilogues and a fused input LayerNorm (the decode layout)
     linear / linear_nt         pick gemv or gemm from M and the weights' dtype (linear: gemm_planes
                                where given planes)
-    screen_table(w)            the LM head's int8 screen (gpt2block.screen.table on the GPU)
+    screen_table(w)            the LM head's int8 screen (gpt2block.screen.table's, made on the GPU)
     lm_head_screened(x, t, w, ln, argmax)  ln_f + the LM head's argmax at one token, through the
-                               screen: the full head's winner without its logits (lm_screen.cuh)
+                               screen: the full head's winner without its logits (lm_screen.cu)
 
 Variants of the GEMM arithmetic (VARIANTS): ``tf32x3`` (3-pass split TF32, fp32-level
 accuracy: the fp32 precision mode), ``tf32`` (one TF32 pass). ``linear`` sends M <= GEMV_MAX_M
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import cupy as cp
 import numpy as np
 
-from .cuda_modules import kernel, launch, sm_count
+from .cuda_modules import kernel, launch, module, sm_count
 
 VARIANTS = ("tf32x3", "tf32")
 EPILOGUES = ("bias", "bias_gelu", "bias_residual")
@@ -761,10 +761,10 @@ def from_bf16_bits(bits):
 
 
 # ---------------------------------------------------------------------------------------------
-# The greedy LM head through its int8 screen (kernels/lm_screen.cuh, gpt2block/screen.py).
+# The greedy LM head through its int8 screen (kernels/lm_screen.cu, gpt2block/screen.py).
 
-SCREEN_MAX_K = 2048  # lm_screen_j1 .. j8: K <= 256 J
-_SCREEN_DEFAULTS = {"LM_SCREEN_ROWS": 8, "LM_SCREEN_ROWS_WIDE": 4, "LM_SCREEN_MIN_BLOCKS": 2}  # lm_screen.cuh's
+SCREEN_MAX_K = 2048  # lm_screen's builds: K <= 256 LM_SCREEN_J, J up to 8
+_SCREEN_DEFAULTS = {"LM_SCREEN_ROWS": 8, "LM_SCREEN_ROWS_WIDE": 4, "LM_SCREEN_MIN_BLOCKS": 2}  # lm_screen.cu's
 SCREEN_DEFINES: tuple = ()  # extra #defines of the screen's build (A/B runs: LM_SCREEN_ROWS, _PIN_BYTES, _MIN_BLOCKS)
 _screen_ws: dict = {}
 
@@ -789,16 +789,29 @@ def _screen_unfit(shape) -> str:
             f" {tuple(shape)}")
 
 
-def screen_table(w) -> ScreenTable:
-    """The screen of the LM head w [N, K] (float32, or bf16 bits as uint16), made on the GPU."""
-    from .. import screen
+def _screen_defines(n: int, k: int, bf16: bool) -> tuple:
+    """lm_screen.cu's build for a head [n, k]: the full head's #defines (its LayerNorm and lanes), the
+    width's J = ceil(K / 256), and SCREEN_DEFINES. One build a model: its table, screen and rescore."""
+    j = dict(SCREEN_DEFINES).get("LM_SCREEN_J")
+    if j is not None and not 256 * int(j) >= k:  # an A/B build may set a wider J: correct, slower
+        raise ValueError(f"SCREEN_DEFINES' LM_SCREEN_J = {j} takes K up to {256 * int(j)}; the head has K = {k}")
+    own = () if j is not None else (("LM_SCREEN_J", -(-k // 256)),)
+    return _gemv_nt_defines(n, k, 1, bf16) + own + SCREEN_DEFINES
 
+
+def screen_table(w, stream=None) -> ScreenTable:
+    """The screen of the LM head w [N, K] (float32, or bf16 bits as uint16), made on the GPU by
+    lm_screen_table_* on ``stream``: gpt2block.screen.table's values, bit for bit."""
     _check_weights(w, "w", "[N, K]")
     n, k = w.shape
     if not screen_fits(n, k):
         raise ValueError(_screen_unfit(w.shape))
-    q, rowp = screen.table(w)
-    return ScreenTable(cp.ascontiguousarray(q), cp.ascontiguousarray(rowp), w.data.ptr)
+    bf16 = w.dtype != np.float32
+    q, rowp = cp.empty((n, k), cp.int8), cp.empty((n, 4), cp.float32)
+    launch(kernel("lm_screen", f"lm_screen_table_{'bf16' if bf16 else 'f32'}", _screen_defines(n, k, bf16)),
+           (-(-n // (_GEMV_NT_THREADS // 32)), 1, 1), (_GEMV_NT_THREADS, 1, 1),
+           (w, _i32(n, "N"), _i32(k, "K"), q, rowp), 0, stream)
+    return ScreenTable(q, rowp, w.data.ptr)
 
 
 def _screen_workspace(n: int, k: int, g1: int, stream):
@@ -822,11 +835,12 @@ def _screen_grids(n: int, k: int) -> tuple[int, int]:
 
 
 def screen_prepare(w, stream=None) -> None:
-    """Make lm_head_screened's workspaces for heads of w's shape on ``stream`` now (before a capture:
-    nothing is allocated while a graph is being captured)."""
+    """Make lm_head_screened's workspaces for heads of w's shape on ``stream``, and build its kernels, now
+    (before a capture: nothing is allocated or compiled while a graph is being captured)."""
     from .cuda_ops import argmax_workspace
 
     n, k = w.shape
+    module("lm_screen", _screen_defines(n, k, w.dtype != np.float32))
     g1, g2 = _screen_grids(n, k)
     _screen_workspace(n, k, g1, stream)
     argmax_workspace(1, g2, stream)
@@ -836,7 +850,7 @@ def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> No
     """ids[0] = the argmax of LN(x; g, b, eps) @ w^T for one token, as gemv_nt(x, w, out, ln=ln,
     argmax=argmax) gives it (the same winner, bit for bit), without its logits: an int8 pass over
     ``table`` (screen_table(w)) bounds every logit, and only the rows that may win are formed
-    exactly (kernels/lm_screen.cuh). x float32 [1, K]; w [N, K] float32 or bf16 bits; ln = (g, b, eps);
+    exactly (kernels/lm_screen.cu). x float32 [1, K]; w [N, K] float32 or bf16 bits; ln = (g, b, eps);
     argmax = (ids, advance, host_out) as gemv_nt's. Two launches, both programmatic."""
     _check_array(x, "x", 2)
     if x.shape[0] != 1:
@@ -861,13 +875,13 @@ def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> No
     bf16 = w.dtype != np.float32
     g1, g2 = _screen_grids(n, k)
     ub, lb_part, h = _screen_workspace(n, k, g1, stream)
-    defines = _gemv_nt_defines(n, k, 1, bf16)  # the full head's build: one module for both
-    wpr, _ = gemv_nt_plan(n, k, _cpt(w), 1, bf16, True, defines=defines)  # the full head's split of K
-    j = -(-k // 256)
-    launch(kernel("gemv", f"lm_screen_j{j}", defines + SCREEN_DEFINES), (g1, 1, 1), (_GEMV_NT_THREADS, 1, 1),
+    head_defines = _gemv_nt_defines(n, k, 1, bf16)
+    wpr, _ = gemv_nt_plan(n, k, _cpt(w), 1, bf16, True, defines=head_defines)  # the full head's split of K
+    defines = _screen_defines(n, k, bf16)
+    launch(kernel("lm_screen", "lm_screen", defines), (g1, 1, 1), (_GEMV_NT_THREADS, 1, 1),
            (x, table.q, table.rowp, g, b, np.float32(eps), _i32(n, "N"), _i32(k, "K"), ub, lb_part, h),
            3 * k * 4 + 2 * k, stream, programmatic=True)
     args = (w, h, ub, lb_part, _i32(g1, "G1"), _i32(n, "N"), _i32(k, "K"), np.int32(wpr))
     args += _gemv_argmax_args(argmax, 1, g2, stream)
-    launch(kernel("gemv", f"lm_rescore_{'bf16' if bf16 else 'f32'}", defines), (g2, 1, 1), (_GEMV_NT_THREADS, 1, 1),
-           args, k * 4, stream, programmatic=True)
+    launch(kernel("lm_screen", f"lm_rescore_{'bf16' if bf16 else 'f32'}", defines), (g2, 1, 1),
+           (_GEMV_NT_THREADS, 1, 1), args, k * 4, stream, programmatic=True)

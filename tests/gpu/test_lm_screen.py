@@ -1,4 +1,4 @@
-"""The greedy LM head through its int8 screen (kernels/lm_screen.cuh via cuda_linear.lm_head_screened)
+"""The greedy LM head through its int8 screen (kernels/lm_screen.cu via cuda_linear.lm_head_screened)
 against the full head (gemv_*_nt_ln_m1 with its argmax): the same winner on every width, with ties,
 near-ties by the hundred, NaN and infinite logits; every row's interval holds the full head's logit;
 the intervals match gpt2block.screen.bounds (the float64 model the CPU tests check)."""
@@ -37,7 +37,7 @@ def _case(rng, d, n, kind):
 
 @pytest.mark.parametrize("wdtype", ["f32", "bf16"])
 @pytest.mark.parametrize("d,n", [(768, 50257), (1600, 50257), (1024, 1000), (1280, 37), (104, 7), (8, 3),
-                                 (2048, 300)])
+                                 (2048, 300), (512, 999), (1536, 500)])  # every J = ceil(d / 256), 1 .. 8
 @pytest.mark.parametrize("kind", ["random", "tie", "near", "nan_logit", "nan_x", "zero_row"])
 def test_screened_head_equals_full_head(wdtype, d, n, kind):
     seed = int(np.random.SeedSequence().entropy % 2**32)
@@ -134,6 +134,69 @@ def test_screened_head_h_out_is_the_full_heads_layernorm():
     L.lm_head_screened(x, L.screen_table(w), w, (g, b, 1e-5), (cp.zeros(1, cp.int32), None, None))
     h = L._screen_workspace(n, d, L._screen_grids(n, d)[0], None)[2]
     assert cp.array_equal(h.view(cp.uint32), logits[0].view(cp.uint32))
+
+
+def _special_rows(rng, n, k):
+    """float32 rows [n, k] with, besides random rows of every scale: zeros, inf, NaN, subnormals only
+    (s clamped to 2^-126), subnormals with normals, rows just above and below 127 2^-126, exact rows
+    (d = 0), values near the float32 top, and a row of one value."""
+    w = (rng.standard_normal((n, k)) * np.exp(rng.uniform(-30, 10, (n, 1)))).astype(np.float32)
+    sub = (rng.integers(-(2**23) + 1, 2**23, k) * 2.0**-149).astype(np.float32)
+    specials = {
+        0: np.zeros(k), 1: np.full(k, np.inf), 2: np.where(np.arange(k) == 3, np.nan, 1.0),
+        3: sub, 4: np.where(np.arange(k) % 2 == 0, sub, 1e-30), 5: np.full(k, 127 * 2.0**-126),
+        6: sub * 100, 7: rng.integers(-127, 128, k) * 0.5, 8: np.full(k, 3.3e38) * np.sign(rng.standard_normal(k)),
+        9: np.full(k, -0.7), 10: np.where(np.arange(k) == k - 1, -np.inf, 0.1),
+    }
+    for r, v in specials.items():
+        if r < n:
+            w[r] = np.asarray(v, np.float32)
+    return w
+
+
+@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
+@pytest.mark.parametrize("k,n", [(768, 50257), (1600, 3001), (8, 13), (2048, 257), (104, 1)])
+def test_screen_table_is_numpys_bit_for_bit(wdtype, k, n):
+    """lm_screen_table_* against gpt2block.screen.table on the host (NumPy, float64, no flushing): q and
+    every bit of rowp, on random rows of every scale and the edge rows of _special_rows; poisoned outputs."""
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    w = _special_rows(np.random.default_rng(seed), n, k)
+    wd = cp.asarray(w)
+    if wdtype == "bf16":
+        wd = L.to_bf16_bits(wd)
+    host = cp.asnumpy(wd)
+    want_q, want_rowp = screen.table(host)
+    for shape, dt in (((n, k), cp.int8), ((n, 4), cp.float32)):  # poison: the pool hands these blocks back
+        p = cp.empty(shape, dt)
+        p.view(cp.uint8).fill(0xFF)  # q = -1, rowp NaN
+        del p
+    t = L.screen_table(wd)
+    got_q, got_rowp = cp.asnumpy(t.q), cp.asnumpy(t.rowp)
+    differ = (got_q != want_q).any(axis=1) | (got_rowp.view(np.uint32) != want_rowp.view(np.uint32)).any(axis=1)
+    bad = np.nonzero(differ)[0]
+    assert bad.size == 0, (f"seed {seed}: {bad.size} rows differ, first {bad[:5]}: kernel {got_rowp[bad[:3]]}"
+                           f" numpy {want_rowp[bad[:3]]}")
+
+
+def test_screened_head_with_a_wider_build():
+    """An A/B build with a larger LM_SCREEN_J than the width needs gives the same winner; a narrower
+    one is refused."""
+    rng = np.random.default_rng()
+    x, w, g, b = (cp.asarray(a) for a in _case(rng, 768, 5000, "random"))
+    ln = (g, b, 1e-5)
+    want = cp.full(1, -1, cp.int32)
+    L.gemv_nt(x, w, cp.empty((1, 5000), cp.float32), ln=ln, argmax=(want, None, None))
+    before = L.SCREEN_DEFINES
+    try:
+        L.SCREEN_DEFINES = (("LM_SCREEN_J", 8),)
+        ids = cp.full(1, -1, cp.int32)
+        L.lm_head_screened(x, L.screen_table(w), w, ln, (ids, None, None))
+        assert int(ids[0]) == int(want[0])
+        L.SCREEN_DEFINES = (("LM_SCREEN_J", 2),)
+        with pytest.raises(ValueError, match="LM_SCREEN_J = 2 takes K up to 512"):
+            L.lm_head_screened(x, L.screen_table(w), w, ln, (ids, None, None))
+    finally:
+        L.SCREEN_DEFINES = before
 
 
 def test_screened_head_bad_arguments():

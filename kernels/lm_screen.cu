@@ -1,9 +1,11 @@
-// lm_screen.cuh: the greedy decode step's LM head at batch 1 in two passes, so that it reads an int8
+// lm_screen.cu: the greedy decode step's LM head at batch 1 in two passes, so that it reads an int8
 // copy of the head (a quarter of float32's bytes, half of bf16's) and only a few of the exact rows,
 // and still gives the token the full head (gemv_*_nt_ln_m1 with its argmax) gives, bit for bit.
-// Included by gemv.cu (it uses the LM head's LayerNorm, row order and argmax finish).
+// It includes gemv.cu's device code (the LM head's LayerNorm, row order and argmax finish), and must be
+// built with the #defines of the full head's build (gpt2block: cuda_linear._gemv_nt_defines) so that
+// its LayerNorm and lanes are the full head's. One build serves one width: LM_SCREEN_J (below).
 //
-//   lm_screen_j{J}(x, q, rowp, ln_g, ln_b, eps, N, K, ub, lb_part, h_out)        (pass 1, J = ceil(K / 256))
+//   lm_screen(x, q, rowp, ln_g, ln_b, eps, N, K, ub, lb_part, h_out)        (pass 1, K <= 256 LM_SCREEN_J)
 //     x [1, K] the residual stream; q int8 [N, K] and rowp float4 [N] the screen's table (below);
 //     ln_g, ln_b [K] ln_f. Every block forms h = LN(x) exactly as the full head does
 //     (gemv_ln_row_block), then for each row n an interval [lb_n, ub_n] that holds both the exact
@@ -16,11 +18,14 @@
 //     head forms it (lm_exact_row: the same h, lanes, order of FMAs, warp sums and slices of wpr),
 //     and the first index of the largest wins (argmax.cuh); the argmax's outputs as the full head's
 //     (GemvArgmax: out, the decode step's ints, mapped host memory). No logits are written.
+//   lm_screen_table_{f32,bf16}(w, N, K, q, rowp)
+//     the table below from w [N, K] (float32, or bf16 bits), bit for bit gpt2block.screen.table's.
 //
-// The table (gpt2block/screen.py makes it from the exact head): row n's scale s_n = max_k |w_nk| / 127
-// (a float32), q_nk = round(w_nk / s_n) in [-127, 127], and rowp[n] = (s_n, d_n, a_n, m_n): d_n =
-// max_k |w_nk - s_n q_nk| rounded up to a float32, a_n = sum_k |q_nk|, m_n = max_k |w_nk|; d_n = +inf marks a row with a
-// non-finite weight (always a candidate).
+// The table: row n's scale s_n = max(max_k |w_nk| / 127 rounded to a float32, 2^-126) (1 for a row of
+// zeros), q_nk = round(w_nk / s_n) in [-127, 127], and rowp[n] = (s_n, d_n, a_n, m_n): d_n =
+// max_k |w_nk - s_n q_nk| rounded up to a float32, and up to 2^-126 when it is below (0 stays 0),
+// a_n = sum_k |q_nk|, m_n = max_k |w_nk|; d_n = +inf marks a row with a non-finite weight (always a
+// candidate). s_n and d_n are normal floats, so that -ftz (which CuPy's builds use) cannot flush them.
 //
 // The bound. h is quantized too, p_k = round(h_k / t) in [-P, P], t = max|h| / P, P the largest
 // that keeps 127 P K within an int32 (and at most 32767), so that sum_k q_nk p_k is exact (dp2a:
@@ -34,13 +39,24 @@
 // |h_k| is below 2^-100, or a row whose terms could overflow float32 (m_n |h|_1 > 1e37), gives ub = +inf
 // and lb = -inf: every row a candidate in the worst case, and the result still the full head's.
 //
-// Launch recipe: lm_screen_j{J}: 256 threads, grid G1 >= 1 (any; gpt2block: 2 a SM, at most one per 8 R
-// rows, R = LM_SCREEN_ROWS_J(J)), dynamic shared
-// memory 3 K floats + K int16 (h, then ln_f's g and b, then the quantized h); K % 8 == 0, K <= 256 J.
+// Launch recipe: lm_screen: 256 threads, grid G1 >= 1 (any; gpt2block: 2 a SM, at most one per 8 R
+// rows, R = LM_SCREEN_ROWS_J(LM_SCREEN_J)), dynamic shared memory 3 K floats + K int16 (h, then ln_f's
+// g and b, then the quantized h); K % 8 == 0, K <= 256 LM_SCREEN_J.
 // lm_rescore_*: 256 threads, grid G2 >= 1 (any; gpt2block: one a SM), dynamic shared memory K floats;
 // wpr the full head's (gemv_nt_plan), so that every candidate's logit has the full head's bits.
 // Both take part in programmatic dependent launch: pass 1 reads its table, q and g / b before its
 // wait, pass 2 nothing.
+// lm_screen_table_*: 256 threads (a warp a row), grid ceil(N / 8), no shared memory; N K < 2^31.
+
+#define GEMV_DEVICE_ONLY
+#include "gemv.cu"
+
+// The build's width: the screen holds a lane's share of a table row, 8 bytes of each 256 columns, in
+// registers, so it is built for J = ceil(K / 256) (gpt2block passes it: one J a model, one build). Any
+// K <= 256 J is correct; the default takes every K the screen takes (up to 2048), more slowly.
+#ifndef LM_SCREEN_J
+#define LM_SCREEN_J 8
+#endif
 
 // Table rows a warp loads at once (their int32 sums meet by warp_sums): the bytes in flight are what
 // the screen waits on. gpt2 (J = 3) b1 tok/s, one process (docs/PERFORMANCE.md, version 28): 4 rows,
@@ -340,22 +356,12 @@ __device__ __forceinline__ void lm_rescore_body(const typename GemvW<BF16>::T* _
     gemv_argmax_finish<1>(am, best_v, best_i, 1, lane, warp);
 }
 
-#define LM_SCREEN_KERNEL(J)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, LM_SCREEN_MIN_BLOCKS)                        \
-        lm_screen_j##J(const float* __restrict__ x, const signed char* __restrict__ q,                         \
-                       const float4* __restrict__ rowp, const float* __restrict__ ln_g,                       \
-                       const float* __restrict__ ln_b, float eps, int N, int K, float* __restrict__ ub,        \
-                       float* __restrict__ lb_part, float* __restrict__ h_out) {                               \
-        lm_screen_body<J>(x, q, rowp, ln_g, ln_b, eps, N, K, ub, lb_part, h_out);                              \
-    }
-LM_SCREEN_KERNEL(1)
-LM_SCREEN_KERNEL(2)
-LM_SCREEN_KERNEL(3)
-LM_SCREEN_KERNEL(4)
-LM_SCREEN_KERNEL(5)
-LM_SCREEN_KERNEL(6)
-LM_SCREEN_KERNEL(7)
-LM_SCREEN_KERNEL(8)
+extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, LM_SCREEN_MIN_BLOCKS)
+    lm_screen(const float* __restrict__ x, const signed char* __restrict__ q, const float4* __restrict__ rowp,
+              const float* __restrict__ ln_g, const float* __restrict__ ln_b, float eps, int N, int K,
+              float* __restrict__ ub, float* __restrict__ lb_part, float* __restrict__ h_out) {
+    lm_screen_body<LM_SCREEN_J>(x, q, rowp, ln_g, ln_b, eps, N, K, ub, lb_part, h_out);
+}
 
 #define LM_RESCORE_KERNEL(name, bf16)                                                                          \
     extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS)                                              \
@@ -367,3 +373,71 @@ LM_SCREEN_KERNEL(8)
     }
 LM_RESCORE_KERNEL(lm_rescore_f32, false)
 LM_RESCORE_KERNEL(lm_rescore_bf16, true)
+
+// ---------------------------------------------------------------------------------------------
+// The table (gpt2block.screen.table's, bit for bit), a warp a row. The weights are taken by their bits,
+// never by float arithmetic, wherever -ftz could flush a subnormal: max |w| as the largest magnitude's
+// bits, each w_nk widened to float64 exactly (lm_exact_f64). Everything else is float64, as NumPy's.
+
+// w's value as a float64, exactly: a subnormal from its integer significand (a plain cvt.f64.f32 may
+// flush it under -ftz).
+__device__ __forceinline__ double lm_exact_f64(unsigned bits) {
+    const unsigned mag = bits & 0x7fffffffu;
+    const double v = mag < 0x00800000u ? (double)(int)mag * 0x1p-149 : (double)__uint_as_float(mag);
+    return (bits >> 31) ? -v : v;
+}
+
+template <bool BF16>
+__device__ __forceinline__ unsigned lm_w_bits(const typename GemvW<BF16>::T* row, int k);
+template <>
+__device__ __forceinline__ unsigned lm_w_bits<false>(const float* row, int k) { return __float_as_uint(row[k]); }
+template <>
+__device__ __forceinline__ unsigned lm_w_bits<true>(const unsigned short* row, int k) { return (unsigned)row[k] << 16; }
+
+template <bool BF16>
+__device__ __forceinline__ void lm_screen_table_body(const typename GemvW<BF16>::T* __restrict__ w, int N, int K,
+                                                     signed char* __restrict__ q, float4* __restrict__ rowp) {
+    const int lane = threadIdx.x & 31;
+    const int n = blockIdx.x * GEMV_NT_WARPS + (threadIdx.x >> 5);
+    if (n >= N) return;  // the whole warp
+    const typename GemvW<BF16>::T* row = w + (long long)n * K;
+    unsigned mx = 0u;  // the largest |w_nk|'s bits (magnitudes order as their bits do)
+    bool finite = true;
+    for (int k = lane; k < K; k += 32) {
+        const unsigned mag = lm_w_bits<BF16>(row, k) & 0x7fffffffu;
+        finite = finite && mag < 0x7f800000u;
+        mx = max(mx, mag);
+    }
+    finite = __all_sync(0xffffffffu, finite);
+    mx = finite ? __reduce_max_sync(0xffffffffu, mx) : 0u;  // a non-finite row: as a row of zeros, d = inf
+    // s: max|w| / 127 rounded to a float32, at least 2^-126 (a normal float); 1 for a row of zeros
+    const float s = mx == 0u ? 1.0f : fmaxf(__double2float_rn(lm_exact_f64(mx) / 127.0), 0x1p-126f);
+    const double sd = s;
+    double err = 0.0;
+    int a = 0;
+    for (int k = lane; k < K; k += 32) {
+        const double v = finite ? lm_exact_f64(lm_w_bits<BF16>(row, k)) : 0.0;
+        const double qq = fmin(fmax(rint(v / sd), -127.0), 127.0);
+        err = fmax(err, fabs(v - sd * qq));  // exact: s q has at most 31 significant bits
+        a += abs((int)qq);
+        q[(long long)n * K + k] = (signed char)(int)qq;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) err = fmax(err, __shfl_xor_sync(0xffffffffu, err, o));
+    a = __reduce_add_sync(0xffffffffu, a);
+    if (lane == 0) {
+        // d: err rounded up to a float32, and up to 2^-126 when below (a normal float, or 0)
+        const float d = !finite ? __int_as_float(0x7f800000) : err == 0.0 ? 0.0f
+                        : err < 0x1p-126 ? 0x1p-126f : __double2float_ru(err);
+        rowp[n] = make_float4(s, d, (float)a, __uint_as_float(mx));
+    }
+}
+
+#define LM_SCREEN_TABLE_KERNEL(name, bf16)                                                                     \
+    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS)                                              \
+        name(const GemvW<bf16>::T* __restrict__ w, int N, int K, signed char* __restrict__ q,                  \
+             float4* __restrict__ rowp) {                                                                      \
+        lm_screen_table_body<bf16>(w, N, K, q, rowp);                                                          \
+    }
+LM_SCREEN_TABLE_KERNEL(lm_screen_table_f32, false)
+LM_SCREEN_TABLE_KERNEL(lm_screen_table_bf16, true)
