@@ -704,13 +704,44 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
 // (lm_screen.cu includes this file with GEMV_DEVICE_ONLY defined: the device code above without them.)
 #ifndef GEMV_DEVICE_ONLY
 
-#define GEMV_KERNEL(name, bf16, epi)                                                                           \
+// One build, one kind: GEMV_BUILD_MP = 1, 2, 4 or 8 emits only the nt kernels of that token count (_m1 ..
+// _m8), 0 only the k-major gemv_{f32,bf16}_* kernels; undefined, all of them. gpt2block builds each kind
+// it uses on its own (cuda_linear): NVRTC compiles a module whole, and a run needs one or two of the
+// five, so its first run compiles a fraction of the 70 kernels.
+#if !defined(GEMV_BUILD_MP) || GEMV_BUILD_MP == 0
+#define GEMV_IF_KMAJOR(k) k
+#else
+#define GEMV_IF_KMAJOR(k)
+#endif
+#if !defined(GEMV_BUILD_MP) || GEMV_BUILD_MP == 1
+#define GEMV_IF_MP1(k) k
+#else
+#define GEMV_IF_MP1(k)
+#endif
+#if !defined(GEMV_BUILD_MP) || GEMV_BUILD_MP == 2
+#define GEMV_IF_MP2(k) k
+#else
+#define GEMV_IF_MP2(k)
+#endif
+#if !defined(GEMV_BUILD_MP) || GEMV_BUILD_MP == 4
+#define GEMV_IF_MP4(k) k
+#else
+#define GEMV_IF_MP4(k)
+#endif
+#if !defined(GEMV_BUILD_MP) || GEMV_BUILD_MP == 8
+#define GEMV_IF_MP8(k) k
+#else
+#define GEMV_IF_MP8(k)
+#endif
+
+#define GEMV_KERNEL_DEF(name, bf16, epi)                                                                       \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                                 \
         name(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w, const float* __restrict__ bias, \
              const float* R, float* y, float* __restrict__ ws, unsigned* __restrict__ counters, int M, int N,   \
              int K, int k_per_split) {                                                                         \
         gemv_body<bf16, epi>(x, w, bias, R, y, ws, counters, M, N, K, k_per_split);                            \
     }
+#define GEMV_KERNEL(name, bf16, epi) GEMV_IF_KMAJOR(GEMV_KERNEL_DEF(name, bf16, epi))
 
 // Each nt kernel in four builds by the padded token count MP (1, 2, 4, 8; suffix _m1 .. _m8,
 // for M = 1, 2, 3-4, 5-8): separate kernels, so that each gets its own register allocation.
@@ -722,10 +753,10 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
         gemv_nt_body<bf16, epi, ln, false, mp>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, GemvKv{});     \
     }
 #define GEMV_NT_KERNEL(name, bf16, epi, ln)     \
-    GEMV_NT_KERNEL_MP(name, bf16, epi, ln, 1)   \
-    GEMV_NT_KERNEL_MP(name, bf16, epi, ln, 2)   \
-    GEMV_NT_KERNEL_MP(name, bf16, epi, ln, 4)   \
-    GEMV_NT_KERNEL_MP(name, bf16, epi, ln, 8)
+    GEMV_IF_MP1(GEMV_NT_KERNEL_MP(name, bf16, epi, ln, 1))   \
+    GEMV_IF_MP2(GEMV_NT_KERNEL_MP(name, bf16, epi, ln, 2))   \
+    GEMV_IF_MP4(GEMV_NT_KERNEL_MP(name, bf16, epi, ln, 4))   \
+    GEMV_IF_MP8(GEMV_NT_KERNEL_MP(name, bf16, epi, ln, 8))
 
 // ln_f + the LM head (no bias, no epilogue) and its argmax (GemvArgmax; out NULL: none).
 #define GEMV_NT_LM_KERNEL_MP(name, bf16, mp)                                                                  \
@@ -739,10 +770,10 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
                                                               wpr, GemvKv{}, am);                             \
     }
 #define GEMV_NT_LM_KERNEL(name, bf16)     \
-    GEMV_NT_LM_KERNEL_MP(name, bf16, 1)   \
-    GEMV_NT_LM_KERNEL_MP(name, bf16, 2)   \
-    GEMV_NT_LM_KERNEL_MP(name, bf16, 4)   \
-    GEMV_NT_LM_KERNEL_MP(name, bf16, 8)
+    GEMV_IF_MP1(GEMV_NT_LM_KERNEL_MP(name, bf16, 1))   \
+    GEMV_IF_MP2(GEMV_NT_LM_KERNEL_MP(name, bf16, 2))   \
+    GEMV_IF_MP4(GEMV_NT_LM_KERNEL_MP(name, bf16, 4))   \
+    GEMV_IF_MP8(GEMV_NT_LM_KERNEL_MP(name, bf16, 8))
 
 // ln_1 + QKV with the K / V store of the decode step (N = 3D): y as gemv_*_nt_ln_bias, and
 // keys and values into the cache (GemvKv).
@@ -757,10 +788,10 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
         gemv_nt_body<bf16, GEMV_EPI_BIAS, true, true, mp>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, kv); \
     }
 #define GEMV_NT_KV_KERNEL(name, bf16)     \
-    GEMV_NT_KV_KERNEL_MP(name, bf16, 1)   \
-    GEMV_NT_KV_KERNEL_MP(name, bf16, 2)   \
-    GEMV_NT_KV_KERNEL_MP(name, bf16, 4)   \
-    GEMV_NT_KV_KERNEL_MP(name, bf16, 8)
+    GEMV_IF_MP1(GEMV_NT_KV_KERNEL_MP(name, bf16, 1))   \
+    GEMV_IF_MP2(GEMV_NT_KV_KERNEL_MP(name, bf16, 2))   \
+    GEMV_IF_MP4(GEMV_NT_KV_KERNEL_MP(name, bf16, 4))   \
+    GEMV_IF_MP8(GEMV_NT_KV_KERNEL_MP(name, bf16, 8))
 
 GEMV_KERNEL(gemv_f32_bias, false, GEMV_EPI_BIAS)
 GEMV_KERNEL(gemv_f32_bias_gelu, false, GEMV_EPI_GELU)

@@ -508,7 +508,7 @@ def gemv(x, w, bias, out, *, epilogue="bias", residual=None, stream=None):
     name = f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_{epilogue}"
     args = (x, w, bias, _NULL if residual is None else residual, out, ws, counters,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), _i32(k_per_split, "k_per_split"))
-    launch(kernel("gemv", name), (strips, splits, 1), (_GEMV_THREADS, 1, 1), args, 0, stream)
+    launch(kernel("gemv", name, (("GEMV_BUILD_MP", 0),)), (strips, splits, 1), (_GEMV_THREADS, 1, 1), args, 0, stream)
 
 
 def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=None, argmax=None, stream=None):
@@ -604,8 +604,9 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
         args += _gemv_argmax_args(argmax, m, grid, stream)
     # the normalized rows, then g and b (gemv_ln_rows)
     smem = (m + 2) * k * 4 if ln is not None else 0
-    launch(kernel("gemv", name, defines), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args, smem, stream,
-           programmatic=True)
+    # the build of mp's kernels alone (GEMV_BUILD_MP: a first run compiles only the token counts it uses)
+    launch(kernel("gemv", name, defines + (("GEMV_BUILD_MP", mp),)), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args,
+           smem, stream, programmatic=True)
 
 
 def _check_ln(ln, k: int) -> tuple:
