@@ -8,8 +8,10 @@ OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
 D=docs/bench/2026-11-27-v29
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 python3 $D/ab_prefetch.py > "$OUT/ab_prefetch.txt" 2>&1; cat "$OUT/ab_prefetch.txt"
+i=0
 for v in "(('LM_SCREEN_PREFETCH', 1), ('LM_SCREEN_ROWS', 4))" "(('LM_SCREEN_PREFETCH', 1), ('LM_SCREEN_MIN_BLOCKS', 1))"; do
+  i=$((i + 1))
   echo "== tests with SCREEN_DEFINES = $v"
-  python3 -c "import sys, pytest; from gpt2block.backends import cuda_linear as L; L.SCREEN_DEFINES = $v; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/gpu/test_lm_screen.py', '-k', 'equals_full_head or underflow or h_out']))" > "$OUT/tests_prefetch.txt" 2>&1
-  tail -n 1 "$OUT/tests_prefetch.txt"; grep -E "^(FAILED|ERROR)" "$OUT/tests_prefetch.txt" | head -5
+  python3 -c "import sys, pytest; from gpt2block.backends import cuda_linear as L; L.SCREEN_DEFINES = $v; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/gpu/test_lm_screen.py', '-k', 'equals_full_head or underflow or h_out']))" > "$OUT/tests_prefetch$i.txt" 2>&1
+  tail -n 1 "$OUT/tests_prefetch$i.txt"; grep -E "^(FAILED|ERROR)" "$OUT/tests_prefetch$i.txt" | head -5
 done
