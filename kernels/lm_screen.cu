@@ -79,11 +79,6 @@
 #ifndef LM_SCREEN_MIN_BLOCKS
 #define LM_SCREEN_MIN_BLOCKS 2
 #endif
-// 1: a warp issues its next row group's loads before the current group's sums (two groups in flight;
-// twice the registers, so at most 4 rows a warp at 2 blocks a SM). 0: one group at a time.
-#ifndef LM_SCREEN_PREFETCH
-#define LM_SCREEN_PREFETCH 0
-#endif
 
 // Flushed subnormals: CuPy builds every module with -ftz, so each of the full head's FMAs and adds may lose
 // up to 2^-126 to a flushed input or result. The interval is widened by LM_SCREEN_FTZ (K (m_n + 1) + |h|_1 + 8),
@@ -171,24 +166,23 @@ __device__ __forceinline__ void lm_screen_body(const float* __restrict__ x, cons
         for (int r = 0; r < R; ++r) wrow[r] = q + (long long)min(n0 + r, N - 1) * K;
         pol = l2_policy(gemv_lm_keep(LM_SCREEN_PIN_BYTES, n0, R, N, K, 1));
     };
-    auto load_rows_into = [&](uint2 (&dst)[J][R]) {
+    auto load_rows = [&]() {
 #pragma unroll
         for (int j = 0; j < J; ++j) {
             const int c = lane + 32 * j;
 #pragma unroll
-            for (int r = 0; r < R; ++r) dst[j][r] = c < K8 ? lm_ld8(wrow[r] + 8 * c, pol) : make_uint2(0u, 0u);
+            for (int r = 0; r < R; ++r) wv[j][r] = c < K8 ? lm_ld8(wrow[r] + 8 * c, pol) : make_uint2(0u, 0u);
         }
     };
-    auto load_rows = [&]() { load_rows_into(wv); };
     // row n0 + (lane / LPR)'s table entry, for the lane that finishes that row
     float4 my_rowp = make_float4(0.f, 0.f, 0.f, 0.f);
     const int e_r = lane / LPR;
-    auto rowp_of = [&](int n0) {
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (lane % LPR == 0 && n0 + e_r < N) v = ld_pre_wait4(reinterpret_cast<const float*>(rowp + n0 + e_r));
-        return v;
+    auto load_rowp = [&](int n0) {
+        if (lane % LPR == 0 && n0 + e_r < N) {
+            const float* p = reinterpret_cast<const float*>(rowp + n0 + e_r);
+            my_rowp = ld_pre_wait4(p);
+        }
     };
-    auto load_rowp = [&](int n0) { my_rowp = rowp_of(n0); };
 
     pdl_trigger();
     const int first = blockIdx.x * rows_blk;
@@ -215,26 +209,13 @@ __device__ __forceinline__ void lm_screen_body(const float* __restrict__ x, cons
     const double gamma = (double)K * 0x1p-24 / (1.0 - (double)K * 0x1p-24);
 
     float lb_best = NEG_INF_F32;
-    const int stride = gridDim.x * rows_blk;
-    for (int n_blk = first; n_blk < N; n_blk += stride) {  // the same trip count in every warp
+    for (int n_blk = first; n_blk < N; n_blk += gridDim.x * rows_blk) {  // the same trip count in every warp
         const int n0 = n_blk + warp * R;
-#if LM_SCREEN_PREFETCH
-        // the next row group's loads issued before this one's sums: two groups in flight
-        uint2 wn[J][R];
-        float4 rn = make_float4(0.f, 0.f, 0.f, 0.f);
-        const bool more = n_blk + stride < N;
-        if (more) {
-            set_rows(n0 + stride);
-            load_rows_into(wn);
-            rn = rowp_of(n0 + stride);
-        }
-#else
         if (n_blk != first) {
             set_rows(n0);
             load_rows();
             load_rowp(n0);
         }
-#endif
         int acc[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0;
@@ -264,15 +245,6 @@ __device__ __forceinline__ void lm_screen_body(const float* __restrict__ x, cons
             ub[n] = u;
             lb_best = fmaxf(lb_best, l);
         }
-#if LM_SCREEN_PREFETCH
-        if (more) {
-#pragma unroll
-            for (int j = 0; j < J; ++j)
-#pragma unroll
-                for (int r = 0; r < R; ++r) wv[j][r] = wn[j][r];
-            my_rowp = rn;
-        }
-#endif
     }
     lb_best = warp_max(lb_best);
     if (lane == 0) lb_warp[warp] = lb_best;
