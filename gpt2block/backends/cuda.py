@@ -34,10 +34,9 @@ logits: there the head is screened (SCREEN_HEAD: an int8 copy of wte bounds ever
 rows that may win are formed exactly; the same token, cuda_linear.lm_head_screened). A step is one CUDA graph: the upload of its
 ints from pinned memory, the kernels (programmatic dependent launch on sm_90: each starts, and
 fetches its weights, while the one before finishes) and the download of the argmax into pinned
-memory. greedy_steps() runs another graph: CHAIN_STEPS steps' kernels alone, each step fed by the one
-before it on the device, whose argmax kernels write the ids straight into mapped host memory (no copy
-after the kernels: about 9 us a step less); inside it each step's first kernels start under the tail of
-the step before (between graphs nothing does). The host queues group g + 1 before it waits for group g's
+memory. greedy_steps() runs a second graph, the kernels alone, fed by the step before it on the
+device, whose argmax kernel writes the ids straight into mapped host memory (no copy after the
+kernels: about 9 us a step less); the host queues step i + 1 before it waits for step i's
 argmax, so its own time per step (launch, Python) hides under the GPU's.
 """
 
@@ -60,8 +59,6 @@ MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
 HEAD_ARGMAX = True  # at batch 1 the decode LM head GEMV takes the argmax itself (version 21); False: argmax_rows_f32
 SCREEN_HEAD = True  # greedy steps at batch 1 that need no logits take the argmax through the LM head's
                     # int8 screen (cuda_linear.lm_head_screened; version 28); False: the full head
-CHAIN_STEPS = 2  # greedy_steps queues its chained steps this many to a CUDA graph (fewer where fewer are left):
-                 # inside a graph the kernels of one step start under the tail of the one before
 FUSED_AUTO_MIN_D = 1600  # fused_decode="auto": only gpt2-xl with bf16 weights is faster fused (version 17)
 
 
@@ -138,10 +135,10 @@ class CudaCache(Cache):
         # captured for it never writes into a buffer that the runner regrows for prefill
         self.warm = False  # one eager step ran (kernels compiled, workspaces sized)
         self.graph = None  # the captured decode step (CudaRunner.use_graphs)
-        self.graph_chain = {}  # (group, n) -> n chained steps' kernels, each fed by the step before (greedy_steps)
-        self.argmax_ring = None  # 2 groups x CHAIN_STEPS cuda_ops.MappedInts(B): greedy_steps' argmax, the
-        # groups alternating, step i of a group into its [i]
-        self.ring_events = None  # events after each group: [0], [1] for the ring's groups, [2] for argmax_host
+        self.graph_chain = [None, None]  # the step's kernels alone, fed by the step before (greedy_steps),
+        # one graph per slot of argmax_ring
+        self.argmax_ring = None  # 2 x cuda_ops.MappedInts(B): greedy_steps' argmax, alternating
+        self.ring_events = None  # events after each step: [0], [1] for the ring's slots, [2] for argmax_host
 
 
 class CudaRunner(Runner):
@@ -439,74 +436,60 @@ class CudaRunner(Runner):
             self._decode_kernels(cache, cache.step)
         rt.memcpyAsync(cache.argmax_host.ctypes.data, self._argmax.data.ptr, 4 * b, rt.memcpyDeviceToHost, s)
 
-    def _decode_chained(self, cache: "CudaCache", group: int, n: int) -> None:
-        """Queue n decode steps, each fed by the one before it on the device (cache.step as the
-        previous step's argmax left it), step i's argmax written by the kernel straight into
-        argmax_ring[group][i] (mapped host memory: no copy after the kernels), then an event. With
-        graphs the n steps are one graph, so each step's first kernels start under the last one's tail."""
-        ring = cache.argmax_ring[group]
-        key = (group, n)
-
-        def kernels():
-            with cuda_modules.programmatic_launches(self.programmatic):
-                for i in range(n):
-                    self._decode_kernels(cache, cache.step, host_out=ring[i], logits=False)
-
+    def _decode_chained(self, cache: "CudaCache", slot: int) -> None:
+        """Queue one decode step fed by the one before it on the device (cache.step as the
+        previous step's argmax left it), its argmax written by the kernel straight into
+        argmax_ring[slot] (mapped host memory: no copy after the kernels), then an event."""
+        ring = cache.argmax_ring[slot]
         with self.stream:
-            if self._screened(cache.batch) and key not in cache.graph_chain:
+            if self._screened(cache.batch) and cache.graph_chain[slot] is None:
                 # the table and workspaces (allocations, CuPy kernels): before the step's kernels, so never
                 # under a capture, and finished before the screen reads the table ahead of its pdl_wait
                 self._screen_prepare()
-            if key not in cache.graph_chain and self.use_graphs:
-                self.stream.synchronize()  # once per (group, n): capture starts on an idle stream
+            if cache.graph_chain[slot] is None and self.use_graphs:
+                self.stream.synchronize()  # once per slot: capture starts on an idle stream
                 self.stream.begin_capture()
                 try:
-                    kernels()
+                    with cuda_modules.programmatic_launches(self.programmatic):
+                        self._decode_kernels(cache, cache.step, host_out=ring, logits=False)
                 finally:
-                    cache.graph_chain[key] = self.stream.end_capture()
-            if self.use_graphs:
-                cache.graph_chain[key].launch(self.stream)
+                    cache.graph_chain[slot] = self.stream.end_capture()
+            if cache.graph_chain[slot] is not None:
+                cache.graph_chain[slot].launch(self.stream)
             else:
-                kernels()
-            cache.ring_events[group].record(self.stream)
-        cache.pos += n
+                with cuda_modules.programmatic_launches(self.programmatic):
+                    self._decode_kernels(cache, cache.step, host_out=ring, logits=False)
+            cache.ring_events[slot].record(self.stream)
+        cache.pos += 1
 
     def _greedy_steps(self, cache: Cache, tokens: np.ndarray, max_steps: Optional[int]):
-        """Runs one group of steps ahead: group g + 1 (CHAIN_STEPS steps, fewer where max_steps or the
-        context leaves fewer) is queued, fed on the device, before group g's argmax is waited for. Step 0 is
-        decode_greedy's (fed by ``tokens``, argmax in argmax_host)."""
+        """Runs one step ahead: step i + 1 is queued (fed on the device) before step i's argmax
+        is waited for. Step 0 is decode_greedy's (fed by ``tokens``, argmax in argmax_host)."""
         n_ctx = cache.n_ctx
-        chain = max(1, int(CHAIN_STEPS))
-        if cache.argmax_ring is None or len(cache.argmax_ring[0]) != chain:
-            cache.argmax_ring = [[cuda_ops.MappedInts(cache.batch) for _ in range(chain)] for _ in range(2)]
+        if cache.argmax_ring is None:
+            cache.argmax_ring = [cuda_ops.MappedInts(cache.batch) for _ in range(2)]
             cache.ring_events = [cp.cuda.Event(disable_timing=True) for _ in range(3)]  # [2]: step 0
-            cache.graph_chain = {}
         self._decode_device(cache, tokens)
         cache.ring_events[2].record(self.stream)
-        waiting = (cache.ring_events[2], [cache.argmax_host])  # (event, pinned buffers) of the next group to take
-        launched, taken, groups = 1, 0, 0
+        waiting = (cache.ring_events[2], cache.argmax_host)  # (event, pinned buffer) of the next step to take
+        launched, taken = 1, 0
         try:
             while True:
                 ahead = None
-                room = int(n_ctx - cache.pos.max())  # steps every row still has room for
-                n = min(chain, room, chain if max_steps is None else max_steps - launched)
-                if n > 0:
-                    n = chain if n == chain else 1  # a group's graph of CHAIN_STEPS, else single steps
-                    group = groups % 2
-                    self._decode_chained(cache, group, n)
-                    ahead = (cache.ring_events[group], [m.array for m in cache.argmax_ring[group][:n]])
-                    launched += n
-                    groups += 1
-                event, bufs = waiting
+                if (max_steps is None or launched < max_steps) and (cache.pos < n_ctx).all():
+                    slot = launched % 2
+                    self._decode_chained(cache, slot)
+                    ahead = (cache.ring_events[slot], cache.argmax_ring[slot].array)
+                    launched += 1
+                event, buf = waiting
                 event.synchronize()
-                for buf in bufs:
-                    taken += 1
-                    yield buf.astype(np.int64)
+                taken += 1
+                yield buf.astype(np.int64)
                 if ahead is None:
                     return
                 waiting = ahead
         finally:
-            if launched > taken:  # closed with steps queued: wait for them and take them back
+            if launched > taken:  # closed with a step queued: wait for it and take it back
                 self.stream.synchronize()
                 cache.pos -= launched - taken
 

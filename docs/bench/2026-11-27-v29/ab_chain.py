@@ -1,6 +1,7 @@
 """Version 29: one process, decode_rate.rate (greedy_steps after a 16-token prompt, 128 steps, median of 5),
 tok/s: greedy_steps' chained steps one to a CUDA graph (cuda.CHAIN_STEPS = 1, version 28) against 2, 4 and 8
-to a graph. gpt2 b1 bf16 and fp32, b8 fp32; gpt2-xl b1 bf16 (the fused step)."""
+to a graph. gpt2 b1 bf16 and fp32, b8 fp32; gpt2-xl b1 bf16 (the fused step). It ran on commit 67c246e's code;
+the change was dropped, and lives on as chain_dropped.patch beside this script (apply it to run this again)."""
 import sys
 from pathlib import Path
 
