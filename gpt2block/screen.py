@@ -7,9 +7,11 @@ then formed exactly, as the full head forms them. The winner is the full head's,
 head's bytes read drop to about a half (bf16 weights) or a quarter (float32) plus the candidates.
 
 ``table(w)`` makes the int8 copy from the exact head (the decode copy: float32, or bf16 bits as
-uint16); the CUDA backend makes the same table, bit for bit, with a kernel (lm_screen_table_*).
-``bounds(h, q, rowp)`` is the kernel's interval in NumPy, for tests and for reading. Both take NumPy
-or CuPy arrays (``xp`` is the module of the input).
+uint16); given a NumPy array it is the reference that the CUDA backend's kernel (lm_screen_table_*)
+matches bit for bit. ``bounds(h, q, rowp)`` is the kernel's interval in NumPy, for tests and for
+reading. Both also take CuPy arrays (``xp`` is the module of the input), but CuPy's elementwise
+kernels are built with -ftz, so there a subnormal weight may be flushed (a row of 2^-130 gets s = 1,
+d = 0, m = 0): only NumPy input is the reference.
 """
 
 from __future__ import annotations

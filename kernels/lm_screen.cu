@@ -26,6 +26,9 @@
 // max_k |w_nk - s_n q_nk| rounded up to a float32, and up to 2^-126 when it is below (0 stays 0),
 // a_n = sum_k |q_nk|, m_n = max_k |w_nk|; d_n = +inf marks a row with a non-finite weight (always a
 // candidate). s_n and d_n are normal floats, so that -ftz (which CuPy's builds use) cannot flush them.
+// m_n may be subnormal, and then flushed to 0 where the screen widens it to float64: harmless, since every
+// weight of such a row is subnormal, so the full head flushes them all and its sum is 0, within
+// m_n |h|_1 < 2^-126 |h|_1 of the exact sum, which LM_SCREEN_FTZ's 2^-120 |h|_1 covers.
 //
 // The bound. h is quantized too, p_k = round(h_k / t) in [-P, P], t = max|h| / P, P the largest
 // that keeps 127 P K within an int32 (and at most 32767), so that sum_k q_nk p_k is exact (dp2a:

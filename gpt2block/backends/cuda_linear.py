@@ -27,6 +27,7 @@ GEMV's (and slower). GEMV always accumulates in float32 with FFMA, whatever the 
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import cupy as cp
@@ -808,7 +809,8 @@ def screen_table(w, stream=None) -> ScreenTable:
     if not screen_fits(n, k):
         raise ValueError(_screen_unfit(w.shape))
     bf16 = w.dtype != np.float32
-    q, rowp = cp.empty((n, k), cp.int8), cp.empty((n, 4), cp.float32)
+    with stream if stream is not None else contextlib.nullcontext():  # allocated for the stream that writes them
+        q, rowp = cp.empty((n, k), cp.int8), cp.empty((n, 4), cp.float32)
     launch(kernel("lm_screen", f"lm_screen_table_{'bf16' if bf16 else 'f32'}", _screen_defines(n, k, bf16)),
            (-(-n // (_GEMV_NT_THREADS // 32)), 1, 1), (_GEMV_NT_THREADS, 1, 1),
            (w, _i32(n, "N"), _i32(k, "K"), q, rowp), 0, stream)
@@ -830,7 +832,8 @@ def _screen_grids(n: int, k: int) -> tuple[int, int]:
     """(G1, G2): the screen's blocks (LM_SCREEN_MIN_BLOCKS a SM, at most one per 8 warps' rows: R a
     warp, LM_SCREEN_ROWS_J) and the rescore's (one a SM)."""
     d = {**_SCREEN_DEFAULTS, **dict(SCREEN_DEFINES)}
-    rows = d["LM_SCREEN_ROWS"] if -(-k // 256) <= 4 else d["LM_SCREEN_ROWS_WIDE"]
+    j = int(d.get("LM_SCREEN_J", -(-k // 256)))  # the build's J (_screen_defines): its rows a warp
+    rows = d["LM_SCREEN_ROWS"] if j <= 4 else d["LM_SCREEN_ROWS_WIDE"]
     sms = sm_count()
     return min(d["LM_SCREEN_MIN_BLOCKS"] * sms, -(-n // (rows * _GEMV_NT_THREADS // 32))), min(sms, n)
 

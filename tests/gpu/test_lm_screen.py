@@ -138,8 +138,8 @@ def test_screened_head_h_out_is_the_full_heads_layernorm():
 
 def _special_rows(rng, n, k):
     """float32 rows [n, k] with, besides random rows of every scale: zeros, inf, NaN, subnormals only
-    (s clamped to 2^-126), subnormals with normals, rows just above and below 127 2^-126, exact rows
-    (d = 0), values near the float32 top, and a row of one value."""
+    (s clamped to 2^-126), subnormals with normals, rows at, just below and just above 127 2^-126 (where
+    s starts to be clamped), exact rows (d = 0), values near the float32 top, and a row of one value."""
     w = (rng.standard_normal((n, k)) * np.exp(rng.uniform(-30, 10, (n, 1)))).astype(np.float32)
     sub = (rng.integers(-(2**23) + 1, 2**23, k) * 2.0**-149).astype(np.float32)
     specials = {
@@ -147,6 +147,7 @@ def _special_rows(rng, n, k):
         3: sub, 4: np.where(np.arange(k) % 2 == 0, sub, 1e-30), 5: np.full(k, 127 * 2.0**-126),
         6: sub * 100, 7: rng.integers(-127, 128, k) * 0.5, 8: np.full(k, 3.3e38) * np.sign(rng.standard_normal(k)),
         9: np.full(k, -0.7), 10: np.where(np.arange(k) == k - 1, -np.inf, 0.1),
+        11: np.full(k, 126.9 * 2.0**-126), 12: np.full(k, 127.1 * 2.0**-126) * np.sign(rng.standard_normal(k)),
     }
     for r, v in specials.items():
         if r < n:
@@ -190,13 +191,55 @@ def test_screened_head_with_a_wider_build():
     try:
         L.SCREEN_DEFINES = (("LM_SCREEN_J", 8),)
         ids = cp.full(1, -1, cp.int32)
-        L.lm_head_screened(x, L.screen_table(w), w, ln, (ids, None, None))
+        table = L.screen_table(w)
+        L.lm_head_screened(x, table, w, ln, (ids, None, None))
         assert int(ids[0]) == int(want[0])
         L.SCREEN_DEFINES = (("LM_SCREEN_J", 2),)
         with pytest.raises(ValueError, match="LM_SCREEN_J = 2 takes K up to 512"):
-            L.lm_head_screened(x, L.screen_table(w), w, ln, (ids, None, None))
+            L.lm_head_screened(x, table, w, ln, (ids, None, None))
+        with pytest.raises(ValueError, match="LM_SCREEN_J = 2 takes K up to 512"):
+            L.screen_table(w)
     finally:
         L.SCREEN_DEFINES = before
+
+
+@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
+@pytest.mark.parametrize("h_scale", [2.0**60, 1.0])
+def test_screened_head_on_tiny_and_subnormal_rows(wdtype, h_scale):
+    """Heads whose rows the table's clamps touch: subnormal weights only (s clamped to 2^-126; m flushed
+    where the screen reads it), rows at, just below and just above 127 2^-126, the rest just above the
+    float32 minimum; h = b (g = 0) of about h_scale: at 2^60 the logits are normal floats (the subnormal
+    weights flushed by the full head), at 1 the products are near or below 2^-126 and the full head flushes
+    many of them. The screened winner is the full head's, and every logit of the full head lies in its row's
+    interval (the kernel's ub, and the float64 model's both ends)."""
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    rng = np.random.default_rng(seed)
+    k, n = 64, 300
+    w = (rng.standard_normal((n, k)) * 2.0**-124).astype(np.float32)  # just above the minimum
+    w[:40] = (rng.integers(-(2**23) + 1, 2**23, (40, k)) * 2.0**-149).astype(np.float32)  # subnormal
+    w[40] = np.float32(0.75 * 2.0**-126)
+    w[41] = np.float32(127 * 2.0**-126)
+    w[42] = np.float32(126.9 * 2.0**-126)
+    w[43] = np.float32(127.1 * 2.0**-126)
+    x = cp.asarray(rng.standard_normal((1, k)).astype(np.float32))
+    g = cp.zeros(k, cp.float32)
+    b = cp.asarray((rng.uniform(0.5, 1.0, k) * np.sign(rng.standard_normal(k)) * h_scale).astype(np.float32))
+    wd = cp.asarray(w)
+    if wdtype == "bf16":
+        wd = L.to_bf16_bits(wd)
+    ln = (g, b, 1e-5)
+    logits = cp.full((1, n), cp.nan, cp.float32)
+    want = cp.full(1, -1, cp.int32)
+    L.gemv_nt(x, wd, logits, ln=ln, argmax=(want, None, None))
+    table = L.screen_table(wd)
+    ids = cp.full(1, -1, cp.int32)
+    L.lm_head_screened(x, table, wd, ln, (ids, None, None))
+    assert int(ids[0]) == int(want[0]), f"seed {seed}: screened {int(ids[0])}, full head {int(want[0])}"
+    ub, lb_part, h = L._screen_workspace(n, k, L._screen_grids(n, k)[0], None)
+    lg = cp.asnumpy(logits[0])
+    assert (cp.asnumpy(ub) >= lg).all(), f"seed {seed}: a logit above its ub"
+    ref_ub, ref_lb = screen.bounds(cp.asnumpy(h), cp.asnumpy(table.q), cp.asnumpy(table.rowp))
+    assert (ref_lb <= lg).all() and (ref_ub >= lg).all(), f"seed {seed}: a logit outside the model's interval"
 
 
 def test_screened_head_bad_arguments():
