@@ -35,6 +35,14 @@ def _case(rng, d, n, kind):
     return x, w, g, b
 
 
+def _full_head(x, w, ln):
+    """The full head's logits [1, N] (NaN-poisoned first) and its own argmax (gemv_nt's, one token)."""
+    logits = cp.full((1, w.shape[0]), cp.nan, cp.float32)
+    want = cp.full(1, -1, cp.int32)
+    L.gemv_nt(x, w, logits, ln=ln, argmax=(want, None, None))
+    return logits, want
+
+
 @pytest.mark.parametrize("wdtype", ["f32", "bf16"])
 @pytest.mark.parametrize("d,n", [(768, 50257), (1600, 50257), (1024, 1000), (1280, 37), (104, 7), (8, 3),
                                  (2048, 300), (512, 999), (1536, 500)])  # every J = ceil(d / 256), 1 .. 8
@@ -46,9 +54,7 @@ def test_screened_head_equals_full_head(wdtype, d, n, kind):
     if wdtype == "bf16":
         w = L.to_bf16_bits(w)
     ln = (g, b, 1e-5)
-    logits = cp.full((1, n), cp.nan, cp.float32)
-    want = cp.full(1, -1, cp.int32)
-    L.gemv_nt(x, w, logits, ln=ln, argmax=(want, None, None))
+    logits, want = _full_head(x, w, ln)
     table = L.screen_table(w)
     step_host = np.array([[-1], [3], [7], [8]], np.int32)
     for rep in range(2):  # twice: the ticket went back to 0, the workspace is reused
@@ -113,9 +119,7 @@ def test_screened_head_at_the_edge_of_underflow(wdtype, case):
     if wdtype == "bf16":
         w = L.to_bf16_bits(w)
     ln = (g, b, 1e-5)
-    logits = cp.empty((1, n), cp.float32)
-    want = cp.full(1, -1, cp.int32)
-    L.gemv_nt(x, w, logits, ln=ln, argmax=(want, None, None))
+    _, want = _full_head(x, w, ln)
     ids = cp.full(1, -1, cp.int32)
     L.lm_head_screened(x, L.screen_table(w), w, ln, (ids, None, None))
     assert int(ids[0]) == int(want[0]), f"{case}: screened {int(ids[0])}, full head {int(want[0])}"
@@ -185,8 +189,7 @@ def test_screened_head_with_a_wider_build():
     rng = np.random.default_rng()
     x, w, g, b = (cp.asarray(a) for a in _case(rng, 768, 5000, "random"))
     ln = (g, b, 1e-5)
-    want = cp.full(1, -1, cp.int32)
-    L.gemv_nt(x, w, cp.empty((1, 5000), cp.float32), ln=ln, argmax=(want, None, None))
+    _, want = _full_head(x, w, ln)
     before = L.SCREEN_DEFINES
     try:
         L.SCREEN_DEFINES = (("LM_SCREEN_J", 8),)
@@ -228,9 +231,7 @@ def test_screened_head_on_tiny_and_subnormal_rows(wdtype, h_scale):
     if wdtype == "bf16":
         wd = L.to_bf16_bits(wd)
     ln = (g, b, 1e-5)
-    logits = cp.full((1, n), cp.nan, cp.float32)
-    want = cp.full(1, -1, cp.int32)
-    L.gemv_nt(x, wd, logits, ln=ln, argmax=(want, None, None))
+    logits, want = _full_head(x, wd, ln)
     table = L.screen_table(wd)
     ids = cp.full(1, -1, cp.int32)
     L.lm_head_screened(x, table, wd, ln, (ids, None, None))
