@@ -509,7 +509,8 @@ def gemv(x, w, bias, out, *, epilogue="bias", residual=None, stream=None):
     name = f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_{epilogue}"
     args = (x, w, bias, _NULL if residual is None else residual, out, ws, counters,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), _i32(k_per_split, "k_per_split"))
-    launch(kernel("gemv", name, (("GEMV_BUILD_MP", 0),)), (strips, splits, 1), (_GEMV_THREADS, 1, 1), args, 0, stream)
+    launch(kernel("gemv", name, (("GEMV_BUILD_MP", 0),)), (strips, splits, 1), (_GEMV_THREADS, 1, 1), args, 0,
+           stream)  # the k-major kernels' build alone
 
 
 def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=None, argmax=None, stream=None):
@@ -767,7 +768,7 @@ def from_bf16_bits(bits):
 
 SCREEN_MAX_K = 2048  # lm_screen's builds: K <= 256 LM_SCREEN_J, J up to 8
 _SCREEN_DEFAULTS = {"LM_SCREEN_ROWS": 8, "LM_SCREEN_ROWS_WIDE": 4, "LM_SCREEN_MIN_BLOCKS": 2}  # lm_screen.cu's
-SCREEN_DEFINES: tuple = ()  # extra #defines of the screen's build (A/B runs: LM_SCREEN_ROWS, _PIN_BYTES, _MIN_BLOCKS)
+SCREEN_DEFINES: tuple = ()  # extra #defines of the screen's build (A/B runs: LM_SCREEN_ROWS, _PIN_BYTES, _MIN_BLOCKS, _J)
 _screen_ws: dict = {}
 
 
