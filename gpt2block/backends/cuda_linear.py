@@ -768,7 +768,7 @@ def from_bf16_bits(bits):
 
 SCREEN_MAX_K = 2048  # lm_screen's builds: K <= 256 LM_SCREEN_J, J up to 8
 _SCREEN_DEFAULTS = {"LM_SCREEN_ROWS": 8, "LM_SCREEN_ROWS_WIDE": 4, "LM_SCREEN_MIN_BLOCKS": 2}  # lm_screen.cu's
-SCREEN_DEFINES: tuple = ()  # extra #defines of the screen's build (A/B runs: LM_SCREEN_ROWS, _PIN_BYTES, _MIN_BLOCKS, _J)
+SCREEN_DEFINES: tuple = ()  # extra #defines of the screen's build (A/B: LM_SCREEN_ROWS, _PIN_BYTES, _MIN_BLOCKS, _J)
 _screen_ws: dict = {}
 
 
