@@ -443,8 +443,8 @@ class CudaRunner(Runner):
         ring = cache.argmax_ring[slot]
         with self.stream:
             if self._screened(cache.batch) and cache.graph_chain[slot] is None:
-                # the table and workspaces (allocations, CuPy kernels): before the step's kernels, so never
-                # under a capture, and finished before the screen reads the table ahead of its pdl_wait
+                # the module build, the table and workspaces (allocations, a kernel): before the step's kernels,
+                # so never under a capture, and finished before the screen reads the table ahead of its pdl_wait
                 self._screen_prepare()
             if cache.graph_chain[slot] is None and self.use_graphs:
                 self.stream.synchronize()  # once per slot: capture starts on an idle stream
