@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Version 29, GPU visit 8: the whole GPU suite and the SASS-order tests on the session's final code.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD"
+OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+python3 -m pytest -m gpu -q -rs -s -p no:cacheprovider tests/gpu > "$OUT/gpu_suite_final.txt" 2>&1
+tail -n 1 "$OUT/gpu_suite_final.txt"; grep -E "^(FAILED|ERROR)" "$OUT/gpu_suite_final.txt" | head -20
+grep -E "error vs fp64" "$OUT/gpu_suite_final.txt" | sed 's/^\.*//'
+python3 -m pytest -q -p no:cacheprovider tests/test_sass_order.py > "$OUT/sass_final.txt" 2>&1; tail -n 1 "$OUT/sass_final.txt"
