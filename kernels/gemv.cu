@@ -412,7 +412,7 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
 #ifndef GEMV_LN_BLOCK_M1
 #define GEMV_LN_BLOCK_M1 1  // 0: one warp per row at one token as well (for measuring)
 #endif
-// gemv_ln_row_block in three parts, which the one-token fold (FOLD, below) runs apart:
+// gemv_ln_row_block in parts, which the one-token fold (FOLD, below) runs apart:
 // x [K] into xs by the whole block (cp.async, thread t pieces t, t + 256, ...; not waited for here),
 __device__ __forceinline__ void gemv_ln_row_copy(const float* __restrict__ x, float* xs, int K) {
     float4* xs4 = reinterpret_cast<float4*>(xs);
@@ -421,26 +421,36 @@ __device__ __forceinline__ void gemv_ln_row_copy(const float* __restrict__ x, fl
     cp_async_commit();
 }
 
-// the row's statistics, the same in every thread (one barrier: the warps' sums, and g and b landed),
-__device__ __forceinline__ LnRow gemv_ln_row_stats(const float* xs, int K, float eps) {
+// each warp's float64 sum and sum of squares of those pieces (of xs, or of x itself) into shared memory,
+__device__ __forceinline__ double* gemv_ln_parts() {
     __shared__ double part[GEMV_NT_WARPS][2];  // each warp's sum and sum of squares
-    const int tid = threadIdx.x, warp = tid >> 5;
-    cp_async_wait<0>();  // this thread's pieces and its share of g and b
+    return &part[0][0];
+}
+__device__ __forceinline__ void gemv_ln_row_part(const float4* row, int K) {
     double s, q;
-    gemv_row_sums(reinterpret_cast<const float4*>(xs), K >> 2, tid, GEMV_NT_THREADS, s, q);
-    if ((tid & 31) == 0) {
-        part[warp][0] = s;
-        part[warp][1] = q;
+    gemv_row_sums(row, K >> 2, threadIdx.x, GEMV_NT_THREADS, s, q);
+    if ((threadIdx.x & 31) == 0) {
+        gemv_ln_parts()[2 * (threadIdx.x >> 5)] = s;
+        gemv_ln_parts()[2 * (threadIdx.x >> 5) + 1] = q;
     }
-    __syncthreads();  // the warps' sums, and everyone's share of g and b
-    s = 0.0;
-    q = 0.0;
+}
+
+// after a barrier, the row's statistics, the same in every thread (the warps' sums in warp order),
+__device__ __forceinline__ LnRow gemv_ln_row_combine(int K, float eps) {
+    const double* part = gemv_ln_parts();
+    double s = 0.0, q = 0.0;
 #pragma unroll
     for (int w = 0; w < GEMV_NT_WARPS; ++w) {
-        s += part[w][0];
-        q += part[w][1];
+        s += part[2 * w];
+        q += part[2 * w + 1];
     }
     return ln_row_stats(s, q, ln_inv_n(K), eps);
+}
+__device__ __forceinline__ LnRow gemv_ln_row_stats(const float* xs, int K, float eps) {
+    cp_async_wait<0>();  // this thread's pieces and its share of g and b
+    gemv_ln_row_part(reinterpret_cast<const float4*>(xs), K);
+    __syncthreads();  // the warps' sums, and everyone's share of g and b
+    return gemv_ln_row_combine(K, eps);
 }
 
 // and each thread normalizing the pieces it copied (the second barrier: the row done).
@@ -537,9 +547,10 @@ __device__ __forceinline__ void gemv_argmax_finish(const GemvArgmax am, float be
 //   LN(x) . w_n + bias_n = rstd (sum_k w_nk g_k x_k - mean c_n) + d_n,
 //   c_n = sum_k w_nk g_k,   d_n = bias_n + sum_k w_nk b_k   (float64 sums, rounded once).
 // The products need only this lane's pieces of x (read through L1 and scaled by g, staged in shared
-// memory before pdl_wait), not the row's statistics, so they start when those pieces land. The block's
-// statistics (gemv_ln_row_copy, gemv_ln_row_stats: the staged path's sums) are formed after the first
-// row group's products and used in its epilogue. The staged path waits for the whole row, its
+// memory before pdl_wait), not the row's statistics, so they start when those pieces land. Each thread
+// adds its share of the statistics' float64 sums from x first (gemv_ln_row_part: the staged path's sums,
+// so the same statistics), and the warps' sums are added up after the first row group's products, for
+// its epilogue (one barrier). The staged path waits for the whole row, its
 // statistics and its normalization, about 0.75 us after the first pieces land, before any product
 // (docs/PERFORMANCE.md, versions 24 and 28). Version 25's fold shifted x by its mean, so its products
 // waited for the whole row, and it measured slower; this one has no shift.
@@ -670,8 +681,8 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     long long e_kv = 0;  // KV: token e_m's cache row and position, as an offset
     if (KV && e_m < M) e_kv = kv.seq[e_m] * kv.batch_stride + (long long)kv.pos[e_m] * kv.D;
     if (LN) {  // the whole block
-        if (FOLD)
-            gemv_ln_row_copy(x, xs, K);  // for the statistics, waited for after the first products
+        if (FOLD)  // the statistics' sums from x itself, before the products; added up after them
+            gemv_ln_row_part(reinterpret_cast<const float4*>(x), K);
         else if (MP == 1 && GEMV_LN_BLOCK_M1)
             gemv_ln_row_block(x, xs + K, xs, K, eps);
         else
@@ -782,9 +793,12 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             if (!f_staged) {
                 mine = group_sum(GemvXMode<GEMV_X_GAIN>{});
                 if (!f_known) {  // the same in every thread, so the branch below is the block's
-                    f_st = gemv_ln_row_stats(xs, K, eps);
+                    __syncthreads();  // every warp's sums (gemv_ln_row_part)
+                    f_st = gemv_ln_row_combine(K, eps);
                     f_known = true;
-                    if (gemv_fold_far(f_st)) {
+                    if (gemv_fold_far(f_st)) {  // x into xs after all, normalized as the _ln build's
+                        gemv_ln_row_copy(x, xs, K);
+                        cp_async_wait<0>();
                         gemv_ln_row_apply(xs, xs + K, f_st, K);
                         f_staged = true;
                         load_batch(k_lo + lane * CPT);  // this row group's first batch again

@@ -85,7 +85,7 @@ GEMV_EDITS = [
     ("    cp_async_wait<0>();  // this thread's pieces and its share of g and b\n", "    tr_mark(5);\n"),
     ("    for (int k = threadIdx.x; k < K4; k += GEMV_NT_THREADS) xs4[k] = ln_apply4(xs4[k], st, gs4[k], bs4[k]);\n"
      "    __syncthreads();\n", "    tr_mark(8);\n"),
-    ("                    f_st = gemv_ln_row_stats(xs, K, eps);\n", "                    tr_mark(8);\n"),
+    ("                    f_st = gemv_ln_row_combine(K, eps);\n", "                    tr_mark(8);\n"),
     ("            gemv_ln_rows(x, xs + M * K, xs, M, K, eps);\n    }\n",
      "    " + DUMMY.format("wv[0][ROWS - 1]") + "\n    tr_mark(9);\n"),
     ("            load_batch(k0);\n        }\n", "        tr_mark(16);\n"),
