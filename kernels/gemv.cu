@@ -463,6 +463,16 @@ __device__ __forceinline__ void gemv_ln_row_apply(float* xs, const float* gbs, c
     __syncthreads();
 }
 
+// FOLD: each thread's pieces of x (copied by itself) times g, in place (no barrier).
+__device__ __forceinline__ void gemv_ln_row_gain(float* xs, const float* gs, int K) {
+    float4* xs4 = reinterpret_cast<float4*>(xs);
+    const float4* gs4 = reinterpret_cast<const float4*>(gs);
+    for (int k = threadIdx.x; k < (K >> 2); k += GEMV_NT_THREADS) {
+        const float4 v = xs4[k], g = gs4[k];
+        xs4[k] = make_float4(v.x * g.x, v.y * g.y, v.z * g.z, v.w * g.w);
+    }
+}
+
 __device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, const float* gbs, float* xs, int K,
                                                   float eps) {
     gemv_ln_row_copy(x, xs, K);
@@ -544,32 +554,26 @@ __device__ __forceinline__ void gemv_argmax_finish(const GemvArgmax am, float be
 
 // The one-token LayerNorm folded into the products (FOLD: the _lnfold_m1 builds, ln_1 + QKV and ln_2 + FC of
 // the batch-1 decode step; cuda_linear.ln_fold makes c and d once per matrix, kernel gemv_*_ln_fold_sums):
-//   LN(x) . w_n + bias_n = rstd (sum_k w_nk g_k x_k - mean c_n) + d_n,
+//   LN(x) . w_n + bias_n = rstd (sum_k w_nk z_k - mean c_n) + d_n,   z_k = g_k x_k,
 //   c_n = sum_k w_nk g_k,   d_n = bias_n + sum_k w_nk b_k   (float64 sums, rounded once).
-// The products need only this lane's pieces of x (read through L1 and scaled by g, staged in shared
-// memory before pdl_wait), not the row's statistics, so they start when those pieces land. Each thread
-// adds its share of the statistics' float64 sums from x first (gemv_ln_row_part: the staged path's sums,
-// so the same statistics), and the warps' sums are added up after the first row group's products, for
-// its epilogue (one barrier). The staged path waits for the whole row, its
-// statistics and its normalization, about 0.75 us after the first pieces land, before any product
-// (docs/PERFORMANCE.md, versions 24 and 28). Version 25's fold shifted x by its mean, so its products
-// waited for the whole row, and it measured slower; this one has no shift.
+// Each thread copies its pieces of x into shared memory (as gemv_ln_row_block does), adds their float64
+// sums for the statistics (the same sums, so the same statistics) and scales them by g in place; after
+// one barrier the products read z from shared memory as the staged path reads the normalized row, and
+// the warps' sums are added up for the epilogue after the products. The staged path has, between x's
+// arrival and its first product, the sums added up, the normalization and a second barrier: about
+// 0.8 us in the bf16 decode step (docs/PERFORMANCE.md, versions 24 and 28).
+// Version 25's fold shifted x by its mean (each warp's sum of the whole row before its products, and the
+// shift and gain applied to every element inside the product loop) and measured slower; version 30's
+// first two tries read x through L1 in the product loop (scaled there by g, the statistics after the
+// products or before them): slower too, 3% and 1.6% at gpt2 bf16 b1 (docs/PERFORMANCE.md, version 30).
 // Without the shift, sum - mean c cancels where the row's mean is large against its spread: where
-// |mean| rstd > GEMV_FOLD_FAR (or the statistics are not finite) the block normalizes the row after all
+// |mean| rstd > GEMV_FOLD_FAR (or the statistics are not finite) the block copies x again, normalizes it
 // and takes the staged path from that row group on (the same bits as the _ln build's). Below it the
 // products' rounding error, relative to the staged path's, grows by at most about 1 + 1.25 |mean| rstd.
 #ifndef GEMV_FOLD_FAR
 #define GEMV_FOLD_FAR 0.25f
 #endif
-template <int V>
-struct GemvXMode {  // where a product loop takes its activations (gemv_nt_body's group_sum)
-    static constexpr int value = V;
-};
-#define GEMV_X_GLOBAL 0  // x through the L1 cache
-#define GEMV_X_STAGED 1  // the normalized rows in shared memory (_ln)
-#define GEMV_X_GAIN 2    // x through the L1 cache times g in shared memory (FOLD)
-
-// FOLD's output from its row group's sum acc = sum_k w_nk g_k x_k: then the epilogue (+ d, GELU).
+// FOLD's output from its row group's sum acc = sum_k w_nk z_k: then the epilogue (+ d, GELU).
 template <int EPI>
 __device__ __forceinline__ float gemv_fold_apply(float acc, const LnRow& st, float c, float d) {
     float t = fmaf(-st.mean_hi, c, acc);
@@ -672,28 +676,28 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     load_batch(k_lo + lane * CPT);  // weights only: before the wait
     epi_bias(first + group * ROWS);
     if (LN) gemv_ln_stage_gb(ln_g, ln_b, xs + M * K, K);
-    if (FOLD) {  // g landed for every warp's products (weights: their round trip overlaps the kernel before)
-        cp_async_wait<0>();
-        __syncthreads();
-    }
     pdl_wait();
     epi_res(first + group * ROWS);
     long long e_kv = 0;  // KV: token e_m's cache row and position, as an offset
     if (KV && e_m < M) e_kv = kv.seq[e_m] * kv.batch_stride + (long long)kv.pos[e_m] * kv.D;
     if (LN) {  // the whole block
-        if (FOLD)  // the statistics' sums from x itself, before the products; added up after them
-            gemv_ln_row_part(reinterpret_cast<const float4*>(x), K);
-        else if (MP == 1 && GEMV_LN_BLOCK_M1)
+        if (FOLD) {  // z = g x in xs, each warp's sums of x; added up after the products
+            gemv_ln_row_copy(x, xs, K);
+            cp_async_wait<0>();  // its own pieces of x, g and b
+            gemv_ln_row_part(reinterpret_cast<const float4*>(xs), K);
+            gemv_ln_row_gain(xs, xs + K, K);
+            __syncthreads();  // every piece of z, and the warps' sums
+        } else if (MP == 1 && GEMV_LN_BLOCK_M1) {
             gemv_ln_row_block(x, xs + K, xs, K, eps);
-        else
+        } else {
             gemv_ln_rows(x, xs + M * K, xs, M, K, eps);
+        }
     }
 
     // One row group's sums: lane l gets row l / LPR's (HALVE), else row l % LPS's of token l / LPS
     // (below); after wpr > 1 slices are added, in the group's first warp. Its weights' first batch is
-    // in wv already. XM (GemvXMode): where the activations come from.
-    auto group_sum = [&](auto x_mode) -> float {
-        constexpr int XM = decltype(x_mode)::value;
+    // in wv already; the activations come from xs (LN: the normalized row, FOLD: z) or from x.
+    auto group_sum = [&]() -> float {
         float acc[ROWS][MP];
 #pragma unroll
         for (int r = 0; r < ROWS; ++r)
@@ -712,20 +716,11 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
                     float4 q[MB][CPT / 4];
 #pragma unroll
                     for (int m = 0; m < MB; ++m) {
-                        const float* xm = (XM == GEMV_X_STAGED ? xs : x) + (long long)min(m0 + m, M - 1) * K + k;
+                        const float* xm = (LN ? xs : x) + (long long)min(m0 + m, M - 1) * K + k;
 #pragma unroll
-                        for (int c = 0; c < CPT; c += 4) {
-                            if (XM == GEMV_X_STAGED) {
-                                q[m][c / 4] = *reinterpret_cast<const float4*>(xm + c);
-                            } else {
-                                q[m][c / 4] = __ldg(reinterpret_cast<const float4*>(xm + c));
-                                if (XM == GEMV_X_GAIN) {  // g x (g staged after the row: xs + K)
-                                    const float4 g = *reinterpret_cast<const float4*>(xs + K + k + c);
-                                    float4& v = q[m][c / 4];
-                                    v = make_float4(v.x * g.x, v.y * g.y, v.z * g.z, v.w * g.w);
-                                }
-                            }
-                        }
+                        for (int c = 0; c < CPT; c += 4)
+                            q[m][c / 4] = LN ? *reinterpret_cast<const float4*>(xm + c)
+                                             : __ldg(reinterpret_cast<const float4*>(xm + c));
                     }
 #pragma unroll
                     for (int m = 0; m < MB; ++m)
@@ -778,7 +773,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     int best_i = ARGMAX_NONE;
     LnRow f_st{};           // FOLD: the row's statistics, once known
     bool f_known = false;   // FOLD: f_st formed (after the first row group's products)
-    bool f_staged = false;  // FOLD: the row normalized in xs after all (gemv_fold_far): the _ln path
+    bool f_staged = false;  // FOLD: the row normalized in xs after all (gemv_fold_far): the _ln path, else z
     for (int n_blk = first; n_blk < N; n_blk += gridDim.x * rows_blk) {  // the same trip count in every warp
         const int n0 = n_blk + group * ROWS;
         if (n_blk != first) {
@@ -787,28 +782,23 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             epi_bias(n0);
             epi_res(n0);
         }
-        float mine = 0.0f;
-        bool folded = false;  // FOLD: mine is sum_k w_nk g_k x_k, for gemv_fold_apply
+        float mine = group_sum();
+        bool folded = false;  // FOLD: mine is sum_k w_nk z_k, for gemv_fold_apply
         if constexpr (FOLD) {
-            if (!f_staged) {
-                mine = group_sum(GemvXMode<GEMV_X_GAIN>{});
-                if (!f_known) {  // the same in every thread, so the branch below is the block's
-                    __syncthreads();  // every warp's sums (gemv_ln_row_part)
-                    f_st = gemv_ln_row_combine(K, eps);
-                    f_known = true;
-                    if (gemv_fold_far(f_st)) {  // x into xs after all, normalized as the _ln build's
-                        gemv_ln_row_copy(x, xs, K);
-                        cp_async_wait<0>();
-                        gemv_ln_row_apply(xs, xs + K, f_st, K);
-                        f_staged = true;
-                        load_batch(k_lo + lane * CPT);  // this row group's first batch again
-                    }
+            if (!f_known) {  // the same in every thread, so the branch below is the block's
+                f_st = gemv_ln_row_combine(K, eps);  // the warps' sums: before the barrier above
+                f_known = true;
+                if (gemv_fold_far(f_st)) {  // x into xs after all, normalized as the _ln build's
+                    __syncthreads();        // every warp's products done with z
+                    gemv_ln_row_copy(x, xs, K);
+                    cp_async_wait<0>();
+                    gemv_ln_row_apply(xs, xs + K, f_st, K);
+                    f_staged = true;
+                    load_batch(k_lo + lane * CPT);  // this row group's first batch again
+                    mine = group_sum();
                 }
             }
             folded = !f_staged;
-            if (f_staged) mine = group_sum(GemvXMode<GEMV_X_STAGED>{});
-        } else {
-            mine = group_sum(GemvXMode<LN ? GEMV_X_STAGED : GEMV_X_GLOBAL>{});
         }
         const int n = n0 + e_r;
         if (slice == 0 && e_own && e_r < ROWS && e_m < M && n < N) {

@@ -9,7 +9,7 @@ grid, block, SM, the %globaltimer at entry (the block became resident) and after
 the SM clock (clock64) after pdl_wait and at these points:
   gemv_*_nt (one token; the LayerNorm points in the _ln builds):
     x   the row x has landed (thread 0's cp.async pieces)      ln  the row normalized (barrier passed);
-                                                               the folded builds: its statistics known
+                                                               the folded builds: z = g x staged
     w   thread 0's first weight chunk usable                   dot the first row group's products done
     sum its warp sums done                                     out the group's slices added (before the stores)
     end the block's end (a barrier, then the stamp)
@@ -85,8 +85,9 @@ GEMV_EDITS = [
     ("    cp_async_wait<0>();  // this thread's pieces and its share of g and b\n", "    tr_mark(5);\n"),
     ("    for (int k = threadIdx.x; k < K4; k += GEMV_NT_THREADS) xs4[k] = ln_apply4(xs4[k], st, gs4[k], bs4[k]);\n"
      "    __syncthreads();\n", "    tr_mark(8);\n"),
-    ("                    f_st = gemv_ln_row_combine(K, eps);\n", "                    tr_mark(8);\n"),
-    ("            gemv_ln_rows(x, xs + M * K, xs, M, K, eps);\n    }\n",
+    ("            cp_async_wait<0>();  // its own pieces of x, g and b\n", "            tr_mark(5);\n"),
+    ("            __syncthreads();  // every piece of z, and the warps' sums\n", "            tr_mark(8);\n"),
+    ("            gemv_ln_rows(x, xs + M * K, xs, M, K, eps);\n        }\n    }\n",
      "    " + DUMMY.format("wv[0][ROWS - 1]") + "\n    tr_mark(9);\n"),
     ("            load_batch(k0);\n        }\n", "        tr_mark(16);\n"),
     ("                if (lane % LPS == r) mine = s;\n            }\n        }\n", "        tr_mark(17);\n"),
