@@ -412,72 +412,33 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
 #ifndef GEMV_LN_BLOCK_M1
 #define GEMV_LN_BLOCK_M1 1  // 0: one warp per row at one token as well (for measuring)
 #endif
-// gemv_ln_row_block in parts, which the one-token fold (FOLD, below) runs apart:
-// x [K] into xs by the whole block (cp.async, thread t pieces t, t + 256, ...; not waited for here),
-__device__ __forceinline__ void gemv_ln_row_copy(const float* __restrict__ x, float* xs, int K) {
-    float4* xs4 = reinterpret_cast<float4*>(xs);
-    for (int k = threadIdx.x; k < (K >> 2); k += GEMV_NT_THREADS)
-        cp_async16(xs4 + k, reinterpret_cast<const float4*>(x) + k, 16);
-    cp_async_commit();
-}
-
-// each warp's float64 sum and sum of squares of those pieces (of xs, or of x itself) into shared memory,
-__device__ __forceinline__ double* gemv_ln_parts() {
+__device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, const float* gbs, float* xs, int K,
+                                                  float eps) {
     __shared__ double part[GEMV_NT_WARPS][2];  // each warp's sum and sum of squares
-    return &part[0][0];
-}
-__device__ __forceinline__ void gemv_ln_row_part(const float4* row, int K) {
-    double s, q;
-    gemv_row_sums(row, K >> 2, threadIdx.x, GEMV_NT_THREADS, s, q);
-    if ((threadIdx.x & 31) == 0) {
-        gemv_ln_parts()[2 * (threadIdx.x >> 5)] = s;
-        gemv_ln_parts()[2 * (threadIdx.x >> 5) + 1] = q;
-    }
-}
-
-// after a barrier, the row's statistics, the same in every thread (the warps' sums in warp order),
-__device__ __forceinline__ LnRow gemv_ln_row_combine(int K, float eps) {
-    const double* part = gemv_ln_parts();
-    double s = 0.0, q = 0.0;
-#pragma unroll
-    for (int w = 0; w < GEMV_NT_WARPS; ++w) {
-        s += part[2 * w];
-        q += part[2 * w + 1];
-    }
-    return ln_row_stats(s, q, ln_inv_n(K), eps);
-}
-__device__ __forceinline__ LnRow gemv_ln_row_stats(const float* xs, int K, float eps) {
-    cp_async_wait<0>();  // this thread's pieces and its share of g and b
-    gemv_ln_row_part(reinterpret_cast<const float4*>(xs), K);
-    __syncthreads();  // the warps' sums, and everyone's share of g and b
-    return gemv_ln_row_combine(K, eps);
-}
-
-// and each thread normalizing the pieces it copied (the second barrier: the row done).
-__device__ __forceinline__ void gemv_ln_row_apply(float* xs, const float* gbs, const LnRow& st, int K) {
-    const int K4 = K >> 2;
+    const int tid = threadIdx.x, warp = tid >> 5, K4 = K >> 2;
     float4* xs4 = reinterpret_cast<float4*>(xs);
     const float4* gs4 = reinterpret_cast<const float4*>(gbs);
     const float4* bs4 = gs4 + K4;
-    for (int k = threadIdx.x; k < K4; k += GEMV_NT_THREADS) xs4[k] = ln_apply4(xs4[k], st, gs4[k], bs4[k]);
-    __syncthreads();
-}
-
-// FOLD: each thread's pieces of x (copied by itself) times g, in place (no barrier).
-__device__ __forceinline__ void gemv_ln_row_gain(float* xs, const float* gs, int K) {
-    float4* xs4 = reinterpret_cast<float4*>(xs);
-    const float4* gs4 = reinterpret_cast<const float4*>(gs);
-    for (int k = threadIdx.x; k < (K >> 2); k += GEMV_NT_THREADS) {
-        const float4 v = xs4[k], g = gs4[k];
-        xs4[k] = make_float4(v.x * g.x, v.y * g.y, v.z * g.z, v.w * g.w);
+    for (int k = tid; k < K4; k += GEMV_NT_THREADS) cp_async16(xs4 + k, reinterpret_cast<const float4*>(x) + k, 16);
+    cp_async_commit();
+    cp_async_wait<0>();  // this thread's pieces and its share of g and b
+    double s, q;
+    gemv_row_sums(xs4, K4, tid, GEMV_NT_THREADS, s, q);
+    if ((tid & 31) == 0) {
+        part[warp][0] = s;
+        part[warp][1] = q;
     }
-}
-
-__device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, const float* gbs, float* xs, int K,
-                                                  float eps) {
-    gemv_ln_row_copy(x, xs, K);
-    const LnRow st = gemv_ln_row_stats(xs, K, eps);
-    gemv_ln_row_apply(xs, gbs, st, K);
+    __syncthreads();  // the warps' sums, and everyone's share of g and b
+    s = 0.0;
+    q = 0.0;
+#pragma unroll
+    for (int w = 0; w < GEMV_NT_WARPS; ++w) {
+        s += part[w][0];
+        q += part[w][1];
+    }
+    const LnRow st = ln_row_stats(s, q, ln_inv_n(K), eps);
+    for (int k = tid; k < K4; k += GEMV_NT_THREADS) xs4[k] = ln_apply4(xs4[k], st, gs4[k], bs4[k]);
+    __syncthreads();
 }
 
 // The KV-cache destination of the _kv kernels: output n of row m in [D, 2D) is key n - D of
@@ -552,56 +513,18 @@ __device__ __forceinline__ void gemv_argmax_finish(const GemvArgmax am, float be
     }
 }
 
-// The one-token LayerNorm folded into the products (FOLD: the _lnfold_m1 builds, ln_1 + QKV and ln_2 + FC of
-// the batch-1 decode step; cuda_linear.ln_fold makes c and d once per matrix, kernel gemv_*_ln_fold_sums):
-//   LN(x) . w_n + bias_n = rstd (sum_k w_nk z_k - mean c_n) + d_n,   z_k = g_k x_k,
-//   c_n = sum_k w_nk g_k,   d_n = bias_n + sum_k w_nk b_k   (float64 sums, rounded once).
-// Each thread copies its pieces of x into shared memory (as gemv_ln_row_block does), adds their float64
-// sums for the statistics (the same sums, so the same statistics) and scales them by g in place; after
-// one barrier the products read z from shared memory as the staged path reads the normalized row, and
-// the warps' sums are added up for the epilogue after the products. The staged path has, between x's
-// arrival and its first product, the sums added up, the normalization and a second barrier: about
-// 0.8 us in the bf16 decode step (docs/PERFORMANCE.md, versions 24 and 28).
-// Version 25's fold shifted x by its mean (each warp's sum of the whole row before its products, and the
-// shift and gain applied to every element inside the product loop) and measured slower; version 30's
-// first two tries read x through L1 in the product loop (scaled there by g, the statistics after the
-// products or before them): slower too, 3% and 1.6% at gpt2 bf16 b1 (docs/PERFORMANCE.md, version 30).
-// Without the shift, sum - mean c cancels where the row's mean is large against its spread: where
-// |mean| rstd > GEMV_FOLD_FAR (or the statistics are not finite) the block copies x again, normalizes it
-// and takes the staged path from that row group on (the same bits as the _ln build's). Below it the
-// products' rounding error, relative to the staged path's, grows by at most about 1 + 1.25 |mean| rstd.
-#ifndef GEMV_FOLD_FAR
-#define GEMV_FOLD_FAR 0.25f
-#endif
-// FOLD's output from its row group's sum acc = sum_k w_nk z_k: then the epilogue (+ d, GELU).
-template <int EPI>
-__device__ __forceinline__ float gemv_fold_apply(float acc, const LnRow& st, float c, float d) {
-    float t = fmaf(-st.mean_hi, c, acc);
-    t = fmaf(-st.mean_lo, c, t);
-    return gemv_epi_apply<EPI>(t * st.rstd, d, 0.0f);
-}
-
-// Whether FOLD's block takes the staged path: the row's mean far from zero against its spread, or
-// statistics that are not finite (the staged path's NaNs, bit for bit).
-__device__ __forceinline__ bool gemv_fold_far(const LnRow& st) {
-    return !(fabsf(st.mean_hi) * st.rstd <= GEMV_FOLD_FAR);
-}
-
 // One token's row sums (HALVE in gemv_nt_body): a lane's ROWS partial sums fold together by halving
 // shuffles, warp_sums<ROWS> (ROWS - 1 + 5 - log2 ROWS shuffles: 6 at 4 rows, 5 at 2), instead of one
 // warp_sum of 5 shuffles per row; gpt2 bf16 b1 +2.2% (docs/PERFORMANCE.md, version 25).
 #ifndef GEMV_M1_HALVE
 #define GEMV_M1_HALVE 1  // 0: one warp_sum per row (for measuring)
 #endif
-template <bool BF16, int EPI, bool LN, bool KV, int MP, bool ARGMAX = false, bool FOLD = false>
+template <bool BF16, int EPI, bool LN, bool KV, int MP, bool ARGMAX = false>
 __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const typename GemvW<BF16>::T* __restrict__ w,
                                              const float* __restrict__ bias, const float* R, float* y,
                                              const float* __restrict__ ln_g, const float* __restrict__ ln_b,
                                              int M, int N, int K, float eps, int wpr, GemvKv kv,
-                                             GemvArgmax am = GemvArgmax{}, const float* __restrict__ fold_c = nullptr,
-                                             const float* __restrict__ fold_d = nullptr) {
-    static_assert(!FOLD || (MP == 1 && LN && (EPI == GEMV_EPI_BIAS || EPI == GEMV_EPI_GELU) && !ARGMAX),
-                  "FOLD: one token, a LayerNorm, and the bias or bias + GELU epilogue");
+                                             GemvArgmax am = GemvArgmax{}) {
     constexpr int CPT = GemvW<BF16>::CPT;
     typedef GemvNt<MP, BF16, LN && EPI == GEMV_EPI_NONE> Build;
     constexpr int ROWS = Build::ROWS;  // weight rows per warp at a time
@@ -614,7 +537,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     constexpr int MB = MP * CPT <= 32 ? MP : 32 / CPT;
     typedef GemvRaw<BF16> Raw;
     extern __shared__ float4 gemv_smem4[];
-    float* xs = reinterpret_cast<float*>(gemv_smem4);  // LN: [M][K], then g [K] and b [K]
+    float* xs = reinterpret_cast<float*>(gemv_smem4);  // LN: [M][K]
     __shared__ float red[GEMV_NT_WARPS][32];  // wpr > 1: each warp's sums, lane-indexed
 
     // The block's warps form GEMV_NT_WARPS / wpr groups; group g takes rows n_blk + ROWS g .. + ROWS - 1, and
@@ -657,13 +580,9 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     constexpr int LPS = 32 / MP;  // lanes per sum
     const int e_r = HALVE ? lane / LPR : lane % LPS, e_m = lane / LPS;
     const bool e_own = lane % LPR == 0;  // the lane that stores its row (every one without HALVE)
-    float e_bias = 0.0f, e_res = 0.0f, e_c = 0.0f, e_d = 0.0f;  // FOLD: c_n and d_n in e_c, e_d
+    float e_bias = 0.0f, e_res = 0.0f;
     auto epi_bias = [&](int n0) {
         if (EPI != GEMV_EPI_NONE && e_r < ROWS && n0 + e_r < N) e_bias = ld_pre_wait(bias + n0 + e_r);
-        if (FOLD && e_r < ROWS && n0 + e_r < N) {
-            e_c = ld_pre_wait(fold_c + n0 + e_r);
-            e_d = ld_pre_wait(fold_d + n0 + e_r);
-        }
     };
     auto epi_res = [&](int n0) {
         if (EPI == GEMV_EPI_RESIDUAL && slice == 0 && e_r < ROWS && e_m < M && n0 + e_r < N)
@@ -681,23 +600,22 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     long long e_kv = 0;  // KV: token e_m's cache row and position, as an offset
     if (KV && e_m < M) e_kv = kv.seq[e_m] * kv.batch_stride + (long long)kv.pos[e_m] * kv.D;
     if (LN) {  // the whole block
-        if (FOLD) {  // z = g x in xs, each warp's sums of x; added up after the products
-            gemv_ln_row_copy(x, xs, K);
-            cp_async_wait<0>();  // its own pieces of x, g and b
-            gemv_ln_row_part(reinterpret_cast<const float4*>(xs), K);
-            gemv_ln_row_gain(xs, xs + K, K);
-            __syncthreads();  // every piece of z, and the warps' sums
-        } else if (MP == 1 && GEMV_LN_BLOCK_M1) {
+        if (MP == 1 && GEMV_LN_BLOCK_M1)
             gemv_ln_row_block(x, xs + K, xs, K, eps);
-        } else {
+        else
             gemv_ln_rows(x, xs + M * K, xs, M, K, eps);
-        }
     }
 
-    // One row group's sums: lane l gets row l / LPR's (HALVE), else row l % LPS's of token l / LPS
-    // (below); after wpr > 1 slices are added, in the group's first warp. Its weights' first batch is
-    // in wv already; the activations come from xs (LN: the normalized row, FOLD: z) or from x.
-    auto group_sum = [&]() -> float {
+    float best_v = NEG_INF_F32;  // ARGMAX: the best of this lane's stored outputs (token e_m)
+    int best_i = ARGMAX_NONE;
+    for (int n_blk = first; n_blk < N; n_blk += gridDim.x * rows_blk) {  // the same trip count in every warp
+        const int n0 = n_blk + group * ROWS;
+        if (n_blk != first) {
+            set_rows(n0);
+            load_batch(k_lo + lane * CPT);
+            epi_bias(n0);
+            epi_res(n0);
+        }
         float acc[ROWS][MP];
 #pragma unroll
         for (int r = 0; r < ROWS; ++r)
@@ -766,45 +684,9 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             }
             __syncthreads();  // red is reused by the next row group
         }
-        return mine;
-    };
-
-    float best_v = NEG_INF_F32;  // ARGMAX: the best of this lane's stored outputs (token e_m)
-    int best_i = ARGMAX_NONE;
-    LnRow f_st{};           // FOLD: the row's statistics, once known
-    bool f_known = false;   // FOLD: f_st formed (after the first row group's products)
-    bool f_staged = false;  // FOLD: the row normalized in xs after all (gemv_fold_far): the _ln path, else z
-    for (int n_blk = first; n_blk < N; n_blk += gridDim.x * rows_blk) {  // the same trip count in every warp
-        const int n0 = n_blk + group * ROWS;
-        if (n_blk != first) {
-            set_rows(n0);
-            load_batch(k_lo + lane * CPT);
-            epi_bias(n0);
-            epi_res(n0);
-        }
-        float mine = group_sum();
-        bool folded = false;  // FOLD: mine is sum_k w_nk z_k, for gemv_fold_apply
-        if constexpr (FOLD) {
-            if (!f_known) {  // the same in every thread, so the branch below is the block's
-                f_st = gemv_ln_row_combine(K, eps);  // the warps' sums: before the barrier above
-                f_known = true;
-                if (gemv_fold_far(f_st)) {  // x into xs after all, normalized as the _ln build's
-                    __syncthreads();        // every warp's products done with z
-                    gemv_ln_row_copy(x, xs, K);
-                    cp_async_wait<0>();
-                    gemv_ln_row_apply(xs, xs + K, f_st, K);
-                    f_staged = true;
-                    load_batch(k_lo + lane * CPT);  // this row group's first batch again
-                    mine = group_sum();
-                }
-            }
-            folded = !f_staged;
-        }
         const int n = n0 + e_r;
         if (slice == 0 && e_own && e_r < ROWS && e_m < M && n < N) {
-            const float v = folded                ? gemv_fold_apply<EPI>(mine, f_st, e_c, e_d)
-                            : EPI == GEMV_EPI_NONE ? mine
-                                                   : gemv_epi_apply<EPI>(mine, e_bias, e_res);
+            const float v = EPI == GEMV_EPI_NONE ? mine : gemv_epi_apply<EPI>(mine, e_bias, e_res);
             y[(long long)e_m * N + n] = v;
             if (ARGMAX && argmax_better(v, n, best_v, best_i)) { best_v = v; best_i = n; }
             if (KV && n >= kv.D) {
@@ -815,32 +697,6 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
         }
     }
     if (ARGMAX && am.out != nullptr) gemv_argmax_finish<MP>(am, best_v, best_i, M, lane, warp);
-}
-
-// FOLD's constants for w [N, K] (float32 or bf16 bits): c[n] = sum_k w_nk g_k, d[n] = bias_n + sum_k w_nk b_k
-// (bias NULL: 0), float64 sums rounded once to float32. A warp a row (lanes striding along K, then a
-// warp sum: the same order every time); grid = ceil(N / 8) blocks of 256 threads.
-template <bool BF16>
-__device__ __forceinline__ void gemv_ln_fold_sums_body(const void* __restrict__ w, const float* __restrict__ g,
-                                                       const float* __restrict__ b, const float* __restrict__ bias,
-                                                       float* __restrict__ c, float* __restrict__ d, int N, int K) {
-    const int lane = threadIdx.x & 31;
-    const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (n >= N) return;
-    double sc = 0.0, sd = 0.0;
-    for (int k = lane; k < K; k += 32) {
-        const long long i = (long long)n * K + k;
-        const double wk = BF16 ? (double)__uint_as_float((unsigned)static_cast<const unsigned short*>(w)[i] << 16)
-                               : (double)static_cast<const float*>(w)[i];
-        sc = fma(wk, (double)g[k], sc);
-        sd = fma(wk, (double)b[k], sd);
-    }
-    sc = warp_sum(sc);
-    sd = warp_sum(sd);
-    if (lane == 0) {
-        c[n] = (float)sc;
-        d[n] = (float)(sd + (bias != nullptr ? (double)bias[n] : 0.0));
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -937,37 +793,6 @@ __device__ __forceinline__ void gemv_ln_fold_sums_body(const void* __restrict__ 
     GEMV_IF_MP4(GEMV_NT_KV_KERNEL_MP(name, bf16, 4))   \
     GEMV_IF_MP8(GEMV_NT_KV_KERNEL_MP(name, bf16, 8))
 
-// The one-token LayerNorm folded into the products (FOLD): ln + bias (+ GELU), with the extra arguments
-// (const float* fold_c, const float* fold_d) after wpr, then the _kv kernel's; and their constants.
-#define GEMV_NT_FOLD_KERNEL(name, bf16, epi)                                                                  \
-    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GemvNt<1, bf16, false>::MIN_BLOCKS)         \
-        name##_m1(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w,                          \
-                  const float* __restrict__ bias, const float* R, float* y, const float* __restrict__ ln_g,      \
-                  const float* __restrict__ ln_b, int M, int N, int K, float eps, int wpr,                       \
-                  const float* __restrict__ fold_c, const float* __restrict__ fold_d) {                          \
-        gemv_nt_body<bf16, epi, true, false, 1, false, true>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr,   \
-                                                             GemvKv{}, GemvArgmax{}, fold_c, fold_d);          \
-    }
-#define GEMV_NT_FOLD_KV_KERNEL(name, bf16)                                                                    \
-    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GemvNt<1, bf16, false>::MIN_BLOCKS)         \
-        name##_m1(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w,                          \
-                  const float* __restrict__ bias, const float* R, float* y, const float* __restrict__ ln_g,      \
-                  const float* __restrict__ ln_b, int M, int N, int K, float eps, int wpr,                       \
-                  const float* __restrict__ fold_c, const float* __restrict__ fold_d,                           \
-                  const int* __restrict__ seq, const int* __restrict__ pos, float* __restrict__ k_cache,         \
-                  float* __restrict__ v_cache, long long batch_stride) {                                         \
-        const GemvKv kv{seq, pos, k_cache, v_cache, batch_stride, N / 3};                                     \
-        gemv_nt_body<bf16, GEMV_EPI_BIAS, true, true, 1, false, true>(x, w, bias, R, y, ln_g, ln_b, M, N, K,    \
-                                                                      eps, wpr, kv, GemvArgmax{}, fold_c,     \
-                                                                      fold_d);                                \
-    }
-#define GEMV_LN_FOLD_SUMS_KERNEL(name, bf16)                                                                  \
-    extern "C" __global__ void name(const void* __restrict__ w, const float* __restrict__ g,                  \
-                                    const float* __restrict__ b, const float* __restrict__ bias,              \
-                                    float* __restrict__ c, float* __restrict__ d, int N, int K) {             \
-        gemv_ln_fold_sums_body<bf16>(w, g, b, bias, c, d, N, K);                                              \
-    }
-
 GEMV_KERNEL(gemv_f32_bias, false, GEMV_EPI_BIAS)
 GEMV_KERNEL(gemv_f32_bias_gelu, false, GEMV_EPI_GELU)
 GEMV_KERNEL(gemv_f32_bias_residual, false, GEMV_EPI_RESIDUAL)
@@ -990,12 +815,4 @@ GEMV_NT_KERNEL(gemv_bf16_nt_bias_gelu, true, GEMV_EPI_GELU, false)
 GEMV_NT_KERNEL(gemv_bf16_nt_bias_residual, true, GEMV_EPI_RESIDUAL, false)
 GEMV_NT_KV_KERNEL(gemv_f32_nt_ln_bias_kv, false)
 GEMV_NT_KV_KERNEL(gemv_bf16_nt_ln_bias_kv, true)
-GEMV_IF_MP1(GEMV_NT_FOLD_KERNEL(gemv_f32_nt_lnfold_bias, false, GEMV_EPI_BIAS))
-GEMV_IF_MP1(GEMV_NT_FOLD_KERNEL(gemv_f32_nt_lnfold_bias_gelu, false, GEMV_EPI_GELU))
-GEMV_IF_MP1(GEMV_NT_FOLD_KV_KERNEL(gemv_f32_nt_lnfold_bias_kv, false))
-GEMV_IF_MP1(GEMV_NT_FOLD_KERNEL(gemv_bf16_nt_lnfold_bias, true, GEMV_EPI_BIAS))
-GEMV_IF_MP1(GEMV_NT_FOLD_KERNEL(gemv_bf16_nt_lnfold_bias_gelu, true, GEMV_EPI_GELU))
-GEMV_IF_MP1(GEMV_NT_FOLD_KV_KERNEL(gemv_bf16_nt_lnfold_bias_kv, true))
-GEMV_IF_MP1(GEMV_LN_FOLD_SUMS_KERNEL(gemv_f32_ln_fold_sums, false))
-GEMV_IF_MP1(GEMV_LN_FOLD_SUMS_KERNEL(gemv_bf16_ln_fold_sums, true))
 #endif  // GEMV_DEVICE_ONLY

@@ -8,8 +8,7 @@ not changed): every kernel that calls pdl_trigger() records, from thread 0 of ea
 grid, block, SM, the %globaltimer at entry (the block became resident) and after pdl_wait, and
 the SM clock (clock64) after pdl_wait and at these points:
   gemv_*_nt (one token; the LayerNorm points in the _ln builds):
-    x   the row x has landed (thread 0's cp.async pieces)      ln  the row normalized (barrier passed);
-                                                               the folded builds: z = g x staged
+    x   the row x has landed (thread 0's cp.async pieces)      ln  the row normalized (barrier passed)
     w   thread 0's first weight chunk usable                   dot the first row group's products done
     sum its warp sums done                                     out the group's slices added (before the stores)
     end the block's end (a barrier, then the stamp)
@@ -83,11 +82,9 @@ WAIT = ('    asm volatile("griddepcontrol.wait;\\n" ::: "memory");\n#endif\n}',
 DUMMY = "if (tr_t0() && tr_u({}) == 0x7fc00001u) tr_rec[0] = 0;"  # never true in practice
 GEMV_EDITS = [
     ("    cp_async_wait<0>();  // this thread's pieces and its share of g and b\n", "    tr_mark(5);\n"),
-    ("    for (int k = threadIdx.x; k < K4; k += GEMV_NT_THREADS) xs4[k] = ln_apply4(xs4[k], st, gs4[k], bs4[k]);\n"
+    ("    for (int k = tid; k < K4; k += GEMV_NT_THREADS) xs4[k] = ln_apply4(xs4[k], st, gs4[k], bs4[k]);\n"
      "    __syncthreads();\n", "    tr_mark(8);\n"),
-    ("            cp_async_wait<0>();  // its own pieces of x, g and b\n", "            tr_mark(5);\n"),
-    ("            __syncthreads();  // every piece of z, and the warps' sums\n", "            tr_mark(8);\n"),
-    ("            gemv_ln_rows(x, xs + M * K, xs, M, K, eps);\n        }\n    }\n",
+    ("            gemv_ln_rows(x, xs + M * K, xs, M, K, eps);\n    }\n",
      "    " + DUMMY.format("wv[0][ROWS - 1]") + "\n    tr_mark(9);\n"),
     ("            load_batch(k0);\n        }\n", "        tr_mark(16);\n"),
     ("                if (lane % LPS == r) mine = s;\n            }\n        }\n", "        tr_mark(17);\n"),
@@ -211,12 +208,7 @@ def main():
     ap.add_argument("--save", default=None, metavar="PREFIX", help="also write the raw records as PREFIX_<case>.npy")
     ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
                     help="an extra #define of the nt GEMVs (cuda_linear.NT_DEFINES, an A/B switch); may repeat")
-    ap.add_argument("--fold", default="on", choices=["on", "off"],
-                    help="batch 1: ln_1 and ln_2 folded into their products (cuda.FOLD_LN, version 30) or staged")
     a = ap.parse_args()
-    from gpt2block.backends import cuda
-
-    cuda.FOLD_LN = a.fold == "on"
     if a.define:
         from gpt2block.backends import cuda_linear
 

@@ -28,8 +28,7 @@ def _load_checks():
 def _case_id(c: dict) -> str:
     head = c.get("variant", c.get("wdtype"))
     epi = c.get("epilogue", "bias")
-    what = ("nt" + ("-lnfold" if c.get("fold") else "-ln" if c.get("ln") else "") + (f"-{epi}" if epi else "")
-            if c.get("nt") else epi)
+    what = ("nt" + ("-ln" if c.get("ln") else "") + (f"-{epi}" if epi else "")) if c.get("nt") else epi
     tail = ("".join(f"-{k}{c[k]}" for k in ("offset", "ln_mean") if c.get(k)) + ("-inplace" if c.get("inplace") else "")
             + ("-planes" if c.get("planes") else ""))
     return f"{head}-{what}-M{c['m']}-K{c['k']}-N{c['n']}{tail}"
@@ -107,21 +106,6 @@ def _gemv_cases() -> list:
             # K split across warps with a partial last row group (wpr > 1, N not a multiple of the rows)
             dict(wdtype=wdtype, m=8, k=2048, n=100, nt=True, epilogue="bias_residual"),
             dict(wdtype=wdtype, m=1, k=2048, n=100, nt=True, epilogue="bias_residual"),
-        ]
-        # one token with the LayerNorm folded into the products (gemv_*_nt_lnfold_*, the batch-1 decode step):
-        # every GPT-2 width's QKV and FC, a row mean near zero (folded) and far from it (the staged fall-back);
-        # K split across warps with partial row groups; many row groups per warp (the statistics known early)
-        for d in (768, 1024, 1280, 1600):
-            for ln_mean in (0.0, 5.0):
-                cases += [dict(wdtype=wdtype, m=1, k=d, n=3 * d, nt=True, epilogue="bias", ln=True, fold=True,
-                               ln_mean=ln_mean),
-                          dict(wdtype=wdtype, m=1, k=d, n=4 * d, nt=True, epilogue="bias_gelu", ln=True, fold=True,
-                               ln_mean=ln_mean)]
-        cases += [
-            dict(wdtype=wdtype, m=1, k=104, n=37, nt=True, epilogue="bias_gelu", ln=True, fold=True, ln_mean=0.0),
-            dict(wdtype=wdtype, m=1, k=2048, n=100, nt=True, epilogue="bias", ln=True, fold=True, ln_mean=0.0),
-            dict(wdtype=wdtype, m=1, k=768, n=50257, nt=True, epilogue="bias", ln=True, fold=True, ln_mean=0.0),
-            dict(wdtype=wdtype, m=1, k=1600, n=50257, nt=True, epilogue="bias_gelu", ln=True, fold=True, ln_mean=3000.0),
         ]
     return cases
 
@@ -418,118 +402,6 @@ def test_gemv_nt_kv_store(checks, wdtype, m, d):
         np.testing.assert_array_equal(host[seq[i], 1, pos[i]], out[i, 2 * d:])
         host[seq[i], :, pos[i]] = np.nan
     assert np.isnan(host).all(), "the kv store wrote outside its rows"
-
-
-def _fold_inputs(cp, L, wdtype: str, d: int, n: int, mean: float = 0.0):
-    rng = cp.random.default_rng()
-    x = rng.standard_normal((1, d), dtype=cp.float32) + cp.float32(mean)
-    w = rng.standard_normal((n, d), dtype=cp.float32) * 0.02
-    if wdtype == "bf16":
-        w = L.to_bf16_bits(w)
-    bias = rng.standard_normal(n, dtype=cp.float32) * 0.02
-    g = rng.uniform(0.8, 1.2, d, dtype=cp.float32)
-    b = rng.standard_normal(d, dtype=cp.float32) * 0.1
-    return x, w, bias, g, b
-
-
-@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
-@pytest.mark.parametrize("d,n", [(768, 2304), (1600, 6400), (104, 37)])
-def test_ln_fold_constants(checks, wdtype, d, n):
-    """ln_fold's c and d against float64 sums of the weights as stored (no bias: d = sum_k w b)."""
-    import cupy as cp
-    import numpy as np
-
-    L = checks.L
-    _, w, bias, g, b = _fold_inputs(cp, L, wdtype, d, n)
-    w64 = cp.asnumpy(w if wdtype == "f32" else L.from_bf16_bits(w)).astype(np.float64)
-    g64, b64, bias64 = (cp.asnumpy(a).astype(np.float64) for a in (g, b, bias))
-    for with_bias in (True, False):
-        f = L.ln_fold(w, g, b, bias if with_bias else None)
-        np.testing.assert_allclose(cp.asnumpy(f.c), w64 @ g64, rtol=1e-6, atol=1e-7)
-        np.testing.assert_allclose(cp.asnumpy(f.d), w64 @ b64 + (bias64 if with_bias else 0.0), rtol=1e-6, atol=1e-7)
-
-
-@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
-@pytest.mark.parametrize("d,n,epilogue", [(768, 2304, "bias"), (768, 3072, "bias_gelu"), (1600, 4800, "bias"),
-                                          (104, 37, "bias_gelu")])
-def test_gemv_nt_fold_far_rows_match_the_staged_kernel(checks, wdtype, d, n, epilogue):
-    """Rows the fold may not take (mean far from zero against the spread, a constant row, NaN, inf) go the
-    staged way inside the fold's kernel: the _ln kernel's bits exactly, on poisoned outputs."""
-    import cupy as cp
-
-    L = checks.L
-    x, w, bias, g, b = _fold_inputs(cp, L, wdtype, d, n)
-    fold = L.ln_fold(w, g, b, bias)
-    rows = [x + cp.float32(5.0), x * cp.float32(1e-3) + cp.float32(-40.0), cp.full((1, d), 3.0, cp.float32), x.copy(),
-            x.copy()]
-    rows[3][0, d // 2] = cp.nan
-    rows[4][0, 1] = cp.inf
-    for row in rows:
-        got, want = (cp.full((1, n), cp.nan, cp.float32) for _ in range(2))
-        got.view(cp.uint32)[:] = 0x7FC00001  # a NaN the kernels never make
-        L.gemv_nt(row, w, got, bias=bias, epilogue=epilogue, ln=(g, b, 1e-5), fold=fold)
-        L.gemv_nt(row, w, want, bias=bias, epilogue=epilogue, ln=(g, b, 1e-5))
-        assert cp.array_equal(got.view(cp.uint32), want.view(cp.uint32))
-
-
-@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
-@pytest.mark.parametrize("d", [768, 1024, 1600])
-def test_gemv_nt_fold_kv_store(checks, wdtype, d):
-    """The folded ln_1 + QKV with the K / V store: out bit-equal to the folded kernel without the store (and
-    close to the staged one), its K and V at (seq, pos), nothing else of the poisoned cache touched."""
-    import cupy as cp
-    import numpy as np
-
-    L = checks.L
-    n_ctx, batch = 40, 3
-    x, w, bias, g, b = _fold_inputs(cp, L, wdtype, d, 3 * d)
-    fold = L.ln_fold(w, g, b, bias)
-    kv = cp.full((batch, 2, n_ctx, d), cp.nan, cp.float32)
-    seq = cp.asarray([2], cp.int32)
-    pos = cp.asarray([int(np.random.default_rng().integers(0, n_ctx))], cp.int32)
-    got, want, staged = (cp.full((1, 3 * d), cp.nan, cp.float32) for _ in range(3))
-    L.gemv_nt(x, w, got, bias=bias, epilogue="bias", ln=(g, b, 1e-5), kv=(seq, pos, kv[0, 0], kv[0, 1], 2 * n_ctx * d),
-              fold=fold)
-    L.gemv_nt(x, w, want, bias=bias, epilogue="bias", ln=(g, b, 1e-5), fold=fold)
-    L.gemv_nt(x, w, staged, bias=bias, epilogue="bias", ln=(g, b, 1e-5))
-    assert cp.array_equal(got.view(cp.uint32), want.view(cp.uint32))
-    assert float(cp.abs(got - staged).max()) < 1e-4 * float(cp.abs(staged).max())
-    host, out, p = cp.asnumpy(kv), cp.asnumpy(got), int(pos[0])
-    np.testing.assert_array_equal(host[2, 0, p], out[0, d:2 * d])
-    np.testing.assert_array_equal(host[2, 1, p], out[0, 2 * d:])
-    host[2, :, p] = np.nan
-    assert np.isnan(host).all(), "the kv store wrote outside its row"
-
-
-def test_gemv_nt_fold_bad_arguments(checks):
-    import cupy as cp
-
-    L = checks.L
-    x = cp.zeros((2, 64), cp.float32)
-    w = cp.zeros((192, 64), cp.float32)
-    bias = cp.zeros(192, cp.float32)
-    g, b = cp.ones(64, cp.float32), cp.zeros(64, cp.float32)
-    ln = (g, b, 1e-5)
-    out = cp.zeros((2, 192), cp.float32)
-    fold = L.ln_fold(w, g, b, bias)
-    with pytest.raises(ValueError, match="fold must be an LnFold"):
-        L.gemv_nt(x[:1], w, out[:1], bias=bias, epilogue="bias", ln=ln, fold=(fold.c, fold.d))
-    with pytest.raises(ValueError, match="fold needs ln and epilogue 'bias' or 'bias_gelu'"):
-        L.gemv_nt(x[:1], w, out[:1], bias=bias, epilogue="bias", fold=fold)
-    with pytest.raises(ValueError, match="fold needs ln and epilogue 'bias' or 'bias_gelu'"):
-        L.gemv_nt(x[:1], w, out[:1], ln=ln, fold=fold)
-    with pytest.raises(ValueError, match="fold is for one token"):
-        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, fold=fold)
-    with pytest.raises(ValueError, match="fold was made for other arrays"):
-        L.gemv_nt(x[:1], w, out[:1], bias=bias, epilogue="bias", ln=(g.copy(), b, 1e-5), fold=fold)
-    with pytest.raises(ValueError, match="fold was made for other arrays"):
-        L.gemv_nt(x[:1], w, out[:1], bias=bias.copy(), epilogue="bias", ln=ln, fold=fold)
-    with pytest.raises(ValueError, match="out overlaps fold c"):
-        L.gemv_nt(x[:1], w, fold.c.reshape(1, 192), bias=bias, epilogue="bias", ln=ln, fold=fold)
-    with pytest.raises(ValueError, match="ln gain must have shape"):
-        L.ln_fold(w, g[:32], b, bias)
-    with pytest.raises(ValueError, match="bias must have shape"):
-        L.ln_fold(w, g, b, bias[:10])
 
 
 def test_gemv_nt_kv_bad_arguments(checks):

@@ -1,7 +1,10 @@
 """Version 30: one process, decode_rate.rate (greedy_steps after a 16-token prompt, median of 5), tok/s: the
 batch-1 step with ln_1 and ln_2 folded into the QKV and FC products (cuda.FOLD_LN, kept default) against the
 staged LayerNorm (version 29's kernels). gpt2 b1 bf16 and fp32 (three rounds, alternating), gpt2-medium bf16
-b1 and gpt2-xl fp32 b1 (the five-kernel path; xl bf16 runs the fused step, which has no fold)."""
+b1 and gpt2-xl fp32 b1 (the five-kernel path; xl bf16 runs the fused step, which has no fold). It ran on
+commits a523283 (visit 1), bc79a01 (visit 2) and 03a976a (visit 4); the fold was dropped, and 03a976a's lives on as
+fold_dropped.patch beside this script (apply it to run this again; the visit scripts' --fold option of
+scripts/trace_decode_step.py is in it too)."""
 import sys
 from pathlib import Path
 
