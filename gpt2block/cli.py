@@ -12,6 +12,7 @@ import json
 import platform
 import secrets
 import sys
+import time
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
@@ -56,16 +57,23 @@ precision_option = click.option("--precision", type=click.Choice(PRECISIONS), de
                                 help="fp32 everywhere; tf32 and bf16 are CUDA modes")
 
 
-def load_runner(model: str, backend: str, precision: str):
-    """(LoadedModel, Runner); says on stderr which backend 'auto' picked."""
+def load_runner(model: str, backend: str, precision: str, times: dict | None = None):
+    """(LoadedModel, Runner); says on stderr which backend 'auto' picked. ``times`` (a dict), when given,
+    receives load_s (the checkpoint and tokenizer read) and setup_s (the runner made: the weights on the
+    device and prepared)."""
     with user_errors():
+        t0 = time.perf_counter()
         loaded = load_model(model)
+        t1 = time.perf_counter()
         name = resolve_backend(backend)
         if backend == "auto":
             why = cuda_status()[1]
             note(f"backend auto -> {name} ({why})")
         set_compile_progress(note)  # a machine's first CUDA run compiles the kernels: say so, module by module
-        return loaded, make_runner(loaded.weights, name, precision)
+        runner = make_runner(loaded.weights, name, precision)
+        if times is not None:
+            times.update(load_s=t1 - t0, setup_s=time.perf_counter() - t1)
+        return loaded, runner
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -124,6 +132,8 @@ def generate(prompt, model, backend, precision, max_new_tokens, temperature, top
     """Continue PROMPT (- reads it from stdin)."""
     from .generate import generate as run_generate
 
+    started_at = time.perf_counter()  # the start-up times of the summary are counted from here
+
     if prompt == "-":
         prompt = sys.stdin.read()
     try:
@@ -131,7 +141,8 @@ def generate(prompt, model, backend, precision, max_new_tokens, temperature, top
     except SamplingError as e:
         raise click.UsageError(str(e)) from None
     seed = secrets.randbits(63) if seed is None else seed
-    loaded, runner = load_runner(model, backend, precision)
+    times: dict = {}
+    loaded, runner = load_runner(model, backend, precision, times)
     out = sys.stdout
     stream = stream and not as_json
 
@@ -169,8 +180,11 @@ def generate(prompt, model, backend, precision, max_new_tokens, temperature, top
     with user_errors():
         results = run_generate(runner, loaded.tokenizer, [prompt], max_new_tokens, params, seed, stop,
                                num_samples, on_token if stream else None, note)
+    first = results[0].timing.first_token_at if results else None
+    if first is not None:
+        times["first_token_s"] = first - started_at
     if as_json:
-        click.echo(json.dumps(json_report(loaded, runner, seed, params, results), indent=2))
+        click.echo(json.dumps(json_report(loaded, runner, seed, params, results, times), indent=2))
     else:
         for i, r in enumerate(results):
             if stream and i == 0:
@@ -179,20 +193,33 @@ def generate(prompt, model, backend, precision, max_new_tokens, temperature, top
             else:
                 out.write(header(i) + prompt + r.text + "\n")
         out.flush()
-    note(summary(results, runner, seed))
+    note(summary(results, runner, seed, times))
 
 
-def summary(results, runner, seed) -> str:
+def summary(results, runner, seed, times: dict | None = None) -> str:
+    """The run's line on stderr; ``times`` (load_runner's, and first_token_s from the command's start) adds
+    the start-up: when the first token came, the checkpoint read and the runner's set-up."""
     n = sum(r.new_tokens for r in results)
     secs = sum(t.total_s for t in {id(r.timing): r.timing for r in results}.values())
     rate = n / secs if secs > 0 else 0.0
     reasons = ", ".join(sorted({r.stop_reason for r in results}))
-    return (f"[gpt2block] {n} tokens in {secs:.2f} s ({rate:.1f} tokens/s), backend {runner.describe()}, "
+    line = (f"[gpt2block] {n} tokens in {secs:.2f} s ({rate:.1f} tokens/s), backend {runner.describe()}, "
             f"seed {seed}, stopped by {reasons}")
+    times = times or {}
+    parts = [f"{label} {times[key]:.2f} s" for key, label in (("load_s", "checkpoint read"), ("setup_s", "runner set up"))
+             if key in times]
+    if "first_token_s" in times:
+        line += f"; first token {times['first_token_s']:.2f} s after the command started"
+        if parts:
+            line += f" ({', '.join(parts)})"
+    return line
 
 
-def json_report(loaded, runner, seed, params, results) -> dict:
+def json_report(loaded, runner, seed, params, results, times: dict | None = None) -> dict:
+    """The --json object; ``times``: the start-up (load_runner's load_s and setup_s, first_token_s from the
+    command's start), each null where not known."""
     timings = list({id(r.timing): r.timing for r in results}.values())
+    times = times or {}
     return {
         "model": loaded.source,
         "backend": runner.backend,
@@ -210,6 +237,9 @@ def json_report(loaded, runner, seed, params, results) -> dict:
             "decode_s": sum(t.decode_s for t in timings),
             "new_tokens": sum(t.new_tokens for t in timings),
             "tokens_per_s": (sum(t.new_tokens for t in timings) / s) if (s := sum(t.total_s for t in timings)) else 0.0,
+            "load_s": times.get("load_s"),
+            "setup_s": times.get("setup_s"),
+            "first_token_s": times.get("first_token_s"),
         },
     }
 

@@ -39,6 +39,7 @@ class Timing:
     decode_s: float = 0.0  # the batched decode steps
     prompt_tokens: int = 0  # over all rows
     new_tokens: int = 0  # over all rows, the <|endoftext|> that stopped a row not counted
+    first_token_at: float | None = None  # time.perf_counter() when the rows' first tokens were known
 
     @property
     def total_s(self) -> float:
@@ -197,6 +198,7 @@ def generate(
     logits = np.stack([runner.prefill(cache, b, r.prompt_ids) for b, r in enumerate(rows)])  # [B, V]
     timing.prefill_s = time.perf_counter() - t0
     next_ids = sample(logits, rng.random(B) if not params.greedy else np.zeros(B), params, history)  # [B]
+    timing.first_token_at = time.perf_counter()
 
     t0 = time.perf_counter()
     # greedy: the runner's step stream, fed on the device by its own argmax (the CUDA backend

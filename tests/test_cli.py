@@ -2,8 +2,10 @@
 model errors, pack round trip, info, validate (pass and fail), perplexity, export-cuda."""
 
 import json
+import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -98,6 +100,43 @@ def test_generate_json_repeats_with_the_same_seed_and_matches_the_api(tiny_ckpt)
     assert ja["samples"][0]["token_ids"] == api.token_ids
     assert ja["samples"][0]["text"] == api.text
     assert ja["backend"] == "numpy" and ja["timing"]["new_tokens"] == len(api.token_ids)
+
+
+def test_generate_reports_its_start_up(tiny_ckpt, monkeypatch):
+    """The summary and --json give when the first token came (from the command's start), the checkpoint read
+    and the runner's set-up: each measured around what it names, so a slow load shows where it is."""
+    real_load = cli_mod.load_model
+
+    def slow_load(*args):
+        time.sleep(0.3)
+        return real_load(*args)
+
+    monkeypatch.setattr(cli_mod, "load_model", slow_load)
+    r = gen(tiny_ckpt, "Start-up is", "-n", 3, "--seed", 1, "--json")
+    assert r.exit_code == 0, r.output
+    t = json.loads(r.stdout)["timing"]
+    assert 0.3 <= t["load_s"] < 30 and 0 <= t["setup_s"] < 30
+    assert t["load_s"] + t["setup_s"] <= t["first_token_s"] <= t["load_s"] + t["setup_s"] + t["prefill_s"] + 5
+    line = [ln for ln in r.stderr.splitlines() if ln.startswith("[gpt2block] 3 tokens")]
+    assert len(line) == 1, r.stderr
+    m = re.search(r"; first token ([0-9.]+) s after the command started \(checkpoint read ([0-9.]+) s, "
+                  r"runner set up ([0-9.]+) s\)$", line[0])
+    assert m, line[0]
+    assert abs(float(m.group(1)) - t["first_token_s"]) < 0.01 and abs(float(m.group(2)) - t["load_s"]) < 0.01
+
+
+def test_summary_without_start_up_times_says_nothing_of_them():
+    from gpt2block.generate import GenerationResult, Timing
+
+    class _R:
+        def describe(self):
+            return "numpy (fp32)"
+
+    res = GenerationResult("p", 0, "ab", [1, 2], [3], "length", timing=Timing(prefill_s=0.5, decode_s=0.5, new_tokens=2))
+    line = cli_mod.summary([res], _R(), 7)
+    assert line == "[gpt2block] 2 tokens in 1.00 s (2.0 tokens/s), backend numpy (fp32), seed 7, stopped by length"
+    line = cli_mod.summary([res], _R(), 7, {"first_token_s": 1.234})
+    assert line.endswith("; first token 1.23 s after the command started")
 
 
 def test_stream_and_no_stream_print_the_same(tiny_ckpt):
