@@ -3,7 +3,8 @@
 # gemv_*_nt_lnfold_*). Predicted: each of those 24 kernels a step ends about 0.6 us sooner (its products no
 # longer wait for the whole row, its statistics and its normalization), about -14 us of version 28's 154.5-us
 # bf16 b1 step on the H200 (+9%); on this card from 6,021 to about 6,500 tok/s bf16 b1, fp32 b1 +5-7%.
-# The fold's tests first, then the A/B in one process, then the stamped trace of both builds.
+# The fold's tests first, then the A/B in one process, then the stamped trace of both builds. (On the H100 the
+# visit ran this script without its last three lines, then those traces as a second command, logs visit1_trace_*.)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD"
 OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
