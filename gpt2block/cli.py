@@ -206,8 +206,8 @@ def summary(results, runner, seed, times: dict | None = None) -> str:
     line = (f"[gpt2block] {n} tokens in {secs:.2f} s ({rate:.1f} tokens/s), backend {runner.describe()}, "
             f"seed {seed}, stopped by {reasons}")
     times = times or {}
-    parts = [f"{label} {times[key]:.2f} s" for key, label in (("load_s", "checkpoint read"), ("setup_s", "runner set up"))
-             if key in times]
+    labels = (("load_s", "checkpoint read"), ("setup_s", "runner set up"))
+    parts = [f"{label} {times[key]:.2f} s" for key, label in labels if key in times]
     if "first_token_s" in times:
         line += f"; first token {times['first_token_s']:.2f} s after the command started"
         if parts:

@@ -132,7 +132,8 @@ def test_summary_without_start_up_times_says_nothing_of_them():
         def describe(self):
             return "numpy (fp32)"
 
-    res = GenerationResult("p", 0, "ab", [1, 2], [3], "length", timing=Timing(prefill_s=0.5, decode_s=0.5, new_tokens=2))
+    timing = Timing(prefill_s=0.5, decode_s=0.5, new_tokens=2)
+    res = GenerationResult("p", 0, "ab", [1, 2], [3], "length", timing=timing)
     line = cli_mod.summary([res], _R(), 7)
     assert line == "[gpt2block] 2 tokens in 1.00 s (2.0 tokens/s), backend numpy (fp32), seed 7, stopped by length"
     line = cli_mod.summary([res], _R(), 7, {"first_token_s": 1.234})
