@@ -56,13 +56,17 @@
 #include "common.cuh"
 #include "mma.cuh"
 #include "attention_split.cuh"
-#include "attention_decode.cuh"  // attention_decode_f32's rounds, the cluster helpers
 
 #define ATTN_LDS 68                       // shared row stride (floats) of a 64-wide tile: 16-byte rows, no bank conflicts
 #define ATTN_TILE_FLOATS (64 * ATTN_LDS)  // one 64 x 64 tile
 #define ATTN_F32_SMEM_BYTES (3 * ATTN_TILE_FLOATS * 4)   // Q, K (reused for P), V
 #define ATTN_MMA_SMEM_BYTES (4 * ATTN_TILE_FLOATS * 4)   // K and V, double-buffered
 #define ATTN_MMA_F_SMEM_BYTES (ATTN_MMA_SMEM_BYTES + 4 * 8 * 2 * 32 * 16)  // + Q fragments (tf32x3f)
+#define ATTN_DEC_THREADS 128
+#define ATTN_DEC_CHUNK 64  // keys per decode round: 8 per 16-lane group, all loaded at once
+#ifndef ATTN_DEC_CLUSTER
+#define ATTN_DEC_CLUSTER 8  // blocks per (row, head) of the decode kernel: one cluster on sm_90
+#endif
 
 extern __shared__ __align__(16) float attn_smem[];  // dynamic shared memory of the prefill kernels
 
@@ -525,7 +529,108 @@ attention_prefill_split_tf32(const float* __restrict__ q, int q_stride, const fl
 // memory), arrives at the cluster barrier and leaves, and rank 0 combines the partials in rank
 // order: no global scratch, no atomics, bit-exact run to run.
 // =============================================================================================
-// The cluster helpers, attn_dec_load and attn_dec_fold: attention_decode.cuh.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && ATTN_DEC_CLUSTER > 1
+#define ATTN_DEC_CLUSTER_DIMS __cluster_dims__(ATTN_DEC_CLUSTER, 1, 1)
+#define ATTN_DEC_RANKS ATTN_DEC_CLUSTER
+#else
+#define ATTN_DEC_CLUSTER_DIMS
+#define ATTN_DEC_RANKS 1
+#endif
+
+// Cluster barrier halves and a store into another block's shared memory (sm_90; with one block
+// per (b, h) on older targets none of them is reached).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_arrive_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait_acquire() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+// *p = v, where p is this block's shared address of a variable and the store goes to the same
+// variable of the cluster's block `rank`.
+__device__ __forceinline__ void st_cluster_f32(float* p, int rank, float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned local = (unsigned)__cvta_generic_to_shared(p);
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
+#else
+    *p = v;
+#endif
+}
+
+// A round's keys and values in registers: group grp takes keys grp + 8j of [k0, k0 + n), all in
+// flight at once (k, v: the head's columns of key 0, lane16's float4 already added; row stride D).
+// (A plain `i < n` test: the compiler predicates the loads; any further condition on them made
+// it branch around each, which measured slower.) ISSUED: each load by ld_pre_wait4 (common.cuh),
+// so that it stays where it is written, before pdl_wait (read-only loads are moved past it).
+#define ATTN_DEC_PER_GROUP (ATTN_DEC_CHUNK / 8)
+template <bool ISSUED>
+__device__ __forceinline__ void attn_dec_load(const float* __restrict__ k, const float* __restrict__ v, int D,
+                                              int k0, int n, float4 (&kr)[ATTN_DEC_PER_GROUP],
+                                              float4 (&vr)[ATTN_DEC_PER_GROUP]) {
+    const int grp = threadIdx.x >> 4;
+#pragma unroll
+    for (int j = 0; j < ATTN_DEC_PER_GROUP; ++j) {
+        const int i = grp + 8 * j;
+        if (i < n) {
+            const size_t off = (size_t)(k0 + i) * D;
+            kr[j] = ISSUED ? ld_pre_wait4(k + off) : *reinterpret_cast<const float4*>(k + off);
+            vr[j] = ISSUED ? ld_pre_wait4(v + off) : *reinterpret_cast<const float4*>(v + off);
+        }
+    }
+}
+
+// One round of attention_decode_f32 on keys [k0, k0 + n) already loaded (attn_dec_load), folded
+// into the running max m, sum l and this group's P V o with the online softmax. q pre-scaled by
+// 1/8; sc [64], scratch [32], stat [4]: shared. Ends with a barrier, so the next round may reuse
+// sc and stat.
+__device__ __forceinline__ void attn_dec_fold(const float4& qv, const float4 (&kr)[ATTN_DEC_PER_GROUP],
+                                              const float4 (&vr)[ATTN_DEC_PER_GROUP], int n, float* sc,
+                                              float* scratch, float* stat, float& m_run, float& l_run,
+                                              float4& o) {
+    const int tid = threadIdx.x, lane16 = tid & 15, grp = tid >> 4;
+    // every key slot scored (slots past n hold zeros or an earlier round's keys; their scores are
+    // not stored), so that the eight butterflies run side by side
+    float d[ATTN_DEC_PER_GROUP];
+    attn_dots16(qv, kr, d);
+#pragma unroll
+    for (int j = 0; j < ATTN_DEC_PER_GROUP; ++j) {
+        const int i = grp + 8 * j;
+        if (lane16 == 0 && i < n) sc[i] = d[j];
+    }
+    __syncthreads();
+
+    float mx = attn_neg_inf();
+    for (int i = tid; i < n; i += ATTN_DEC_THREADS) mx = fmaxf(mx, sc[i]);
+    mx = warp_max(mx);
+    if ((tid & 31) == 0) stat[tid >> 5] = mx;
+    __syncthreads();
+    const float m_new = fmaxf(m_run, fmaxf(fmaxf(stat[0], stat[1]), fmaxf(stat[2], stat[3])));
+    const float base = attn_safe_max(m_new);
+    const float alpha = m_run == attn_neg_inf() ? 0.f : expf(m_run - base);  // rescales the rounds before
+    float sum = 0.f;
+    for (int i = tid; i < n; i += ATTN_DEC_THREADS) {
+        const float p = expf(sc[i] - base);
+        sc[i] = p;
+        sum += p;
+    }
+    sum = block_sum(sum, scratch);  // block_sum syncs before returning values
+    __syncthreads();                // sc (probabilities) visible to all, scratch free again
+    l_run = fmaf(l_run, alpha, sum);
+    m_run = m_new;
+    const float4 pv = attn_pv16(sc, vr, grp, 8, n);
+    o = make_float4(fmaf(o.x, alpha, pv.x), fmaf(o.y, alpha, pv.y), fmaf(o.z, alpha, pv.z), fmaf(o.w, alpha, pv.w));
+    __syncthreads();  // sc and stat free for the next round
+}
 
 extern "C" __global__ void __launch_bounds__(ATTN_DEC_THREADS) ATTN_DEC_CLUSTER_DIMS
 attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B, >= D]
@@ -539,9 +644,6 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
     __shared__ __align__(16) float red[8][64];               // per-group P V, for the final sum
     __shared__ float stat[ATTN_DEC_THREADS / 32];
     __shared__ float part[ATTN_DEC_RANKS][HEAD_DIM + 2];     // rank 0's: each rank's (P V [64], m, l)
-#if ATTN_DEC_GROUP_SOFTMAX
-    __shared__ float ml[8][2];                               // each group's (m, l)
-#endif
 
     const int tid = threadIdx.x, lane16 = tid & 15, grp = tid >> 4;
     const int rank = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -595,33 +697,6 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
 
     qv.x *= ATTN_SCALE; qv.y *= ATTN_SCALE; qv.z *= ATTN_SCALE; qv.w *= ATTN_SCALE;
 
-#if ATTN_DEC_GROUP_SOFTMAX
-    float m_g = attn_neg_inf(), l_g = 0.f;        // this group's running max and sum (attention_decode.cuh)
-    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);   // this group's P V over its keys, dims 4 lane16 ..
-    attn_dec_fold_group<8>(qv, kr, vr, n0, m_g, l_g, o);
-    for (int c = rank + ranks; c < n_chunks; c += ranks) {
-        const int n = min(ATTN_DEC_CHUNK, len - c * ATTN_DEC_CHUNK);
-        attn_dec_load<false>(krow, vrow, D, c * ATTN_DEC_CHUNK, n, kr, vr);
-        attn_dec_fold_group<8>(qv, kr, vr, n, m_g, l_g, o);
-    }
-    float A, M, L;  // the rank's partial (dim tid < 64): its groups met
-    attn_dec_groups_meet<8>(m_g, l_g, o, red, ml, A, M, L);
-    if (n_active == 1) {
-        if (tid < 64) orow[tid] = A / L;
-        return;
-    }
-    cluster_wait_acquire();  // the first phase: every block of the cluster has started
-    if (tid < 64) st_cluster_f32(&part[rank][tid], 0, A);
-    if (tid == 0) {
-        st_cluster_f32(&part[rank][64], 0, M);
-        st_cluster_f32(&part[rank][65], 0, L);
-    }
-    __syncwarp();              // the warps converged again before the .aligned barrier instruction
-    cluster_arrive_release();  // the partial is rank 0's to read; the other ranks are done
-    if (rank != 0) return;
-    cluster_wait_acquire();
-    if (tid < 64) orow[tid] = attn_dec_ranks_meet(part, n_active, tid);
-#else
     float m_run = attn_neg_inf(), l_run = 0.f;       // the rank's running max and sum (block-uniform)
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);      // this group's P V over the rank's keys, dims 4 lane16 ..
     attn_dec_fold(qv, kr, vr, n0, sc, red[0], stat, m_run, l_run, o);
@@ -664,6 +739,4 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
         }
         orow[tid] = A / L;
     }
-
-#endif
 }

@@ -3,7 +3,6 @@
 gaps between them and between steps, from the CUDA profiler's records of the kernels.
 
     python scripts/timeline_decode.py [SIZE] [--steps N] [--cases fp32:1,bf16:1] [--fused auto|on|off]
-                                      [--qkv-attention on|off] [--attention-define NAME=VALUE]
 
 Random weights of SIZE; after a 16-token prefill per row, runs N steps of runner.greedy_steps (as
 generate() and decode_rate.py run them) under torch.profiler (CUPTI records each kernel of a graph
@@ -11,9 +10,9 @@ replay). A step starts with its embedding kernel. Prints, per case, the median o
 start relative to the step's start and its duration; the gap from each kernel's end to the next
 kernel's start (negative where programmatic launch overlaps them); the step's span from its first
 kernel's start to its last kernel's end, and the step period (start to next start); and each kernel's end
-after the end of the kernel before it (the step's time kernel by kernel: under programmatic launch a kernel
-starts early, so its duration includes its wait). --qkv-attention and --attention-define choose the decode
-attention's build (A/B switches).
+after the end of the kernel before it ("end - end before"; the first kernel's from the step's start): the step's
+time kernel by kernel, unstamped. Under programmatic launch a kernel starts early, so its duration includes its
+wait; the end after the end before is what it adds to the step (docs/PERFORMANCE.md, version 31).
 """
 
 import argparse
@@ -88,8 +87,6 @@ def summarize(steps) -> list[str]:
 def run_case(runner, batch: int, steps: int) -> list[str]:
     from torch.profiler import ProfilerActivity, profile
 
-    from gpt2block.backends import cuda
-
     cache = runner.new_cache(batch)
     rng = np.random.default_rng()
     for _ in range(2):  # warm: graphs captured, kernels compiled
@@ -104,7 +101,7 @@ def run_case(runner, batch: int, steps: int) -> list[str]:
         for _ in runner.greedy_steps(cache, tok, max_steps=steps):
             pass
         runner.stream.synchronize()
-    return summarize(split_steps(kernel_records(prof), "step_head" if cuda.STEP_HEAD else "embedding")[2:])  # not step 0 (decode_greedy's) nor the ring's first
+    return summarize(split_steps(kernel_records(prof), "embedding")[2:])  # not step 0 (decode_greedy's) nor the ring's first
 
 
 def main() -> int:
@@ -113,21 +110,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--cases", default="fp32:1,bf16:1", help="precision:batch pairs")
     ap.add_argument("--fused", default="auto", choices=["auto", "on", "off"])
-    ap.add_argument("--qkv-attention", default="on", choices=["on", "off"],
-                    help="batch-1 bf16: ln_1 + QKV + attention in one kernel (cuda.QKV_ATTENTION), or two kernels")
-    ap.add_argument("--attention-define", action="append", default=[], metavar="NAME=VALUE",
-                    help="an extra #define of the decode attention kernels (cuda_attention.DECODE_DEFINES); may repeat")
-    ap.add_argument("--embed-programmatic", default="off", choices=["on", "off"],
-                    help="a captured step's embedding launched programmatically (cuda.EMBED_PROGRAMMATIC)")
-    ap.add_argument("--step-head", default="off", choices=["on", "off"], help="cuda.STEP_HEAD (a probe)")
     a = ap.parse_args()
-    from gpt2block.backends import cuda, cuda_attention
-
-    ap_emb = a.embed_programmatic == "on"
-    cuda.QKV_ATTENTION = a.qkv_attention == "on"
-    cuda.EMBED_PROGRAMMATIC = ap_emb
-    cuda.STEP_HEAD = a.step_head == "on"
-    cuda_attention.DECODE_DEFINES = tuple((d.split("=", 1)[0], int(d.split("=", 1)[1])) for d in a.attention_define)
     w = ModelWeights.random(SIZES[a.size], seed=0)
     runners = {}
     for case in a.cases.split(","):

@@ -2,7 +2,6 @@
 """Where a decode step's kernels spend their time after their pdl_wait: per-block stamps.
 
     python scripts/trace_decode_step.py [SIZE] [--cases bf16:1,fp32:1] [--steps 6] [--save PREFIX]
-                                        [--qkv-attention on|off]
 
 Builds the decode kernels with stamps patched into their text at compile time (kernels/*.cu are
 not changed): every kernel that calls pdl_trigger() records, from thread 0 of each block, its
@@ -15,8 +14,6 @@ the SM clock (clock64) after pdl_wait and at these points:
     end the block's end (a barrier, then the stamp)
   attention_decode_f32:
     q   q has landed      fold  the first round folded      pv  the groups' P V summed      end
-  attention_decode_qkv_bf16 (ln_1 + QKV + attention, 256 threads): x, ln as the GEMVs'; dot the block's rows
-    summed; qkv the head's q, k, v in every rank (the cluster barrier passed); fold the first round; end
   lm_screen (the greedy head's screen, "gemv, LayerNorm" of grid one a SM): x, ln as above, w its h
     quantized, end;  lm_rescore_* (the same grid, no LayerNorm): w the largest lb known, dot its
     candidates formed, end
@@ -48,8 +45,7 @@ from gpt2block.weights import ModelWeights  # noqa: E402
 CAP = 1 << 17  # blocks recorded per module
 W = 24  # u64 fields per block: 0 grid, 1 block index, 2 SM, 3 entry (ns), 4 wait (ns), 13 wait (clock), 14 end (ns)
 POINTS = {"other": [], "gemv": [("x", 5), ("ln", 8), ("w", 9), ("dot", 16), ("sum", 17), ("out", 10), ("end", 12)],
-          "attention": [("q", 5), ("fold", 6), ("pv", 7), ("end", 12)],
-          "qkv+attention": [("x", 5), ("ln", 8), ("dot", 16), ("qkv", 6), ("fold", 7), ("end", 12)]}
+          "attention": [("q", 5), ("fold", 6), ("pv", 7), ("end", 12)]}
 
 HOOKS = r'''
 __device__ unsigned long long tr_rec[%d * %d];
@@ -114,17 +110,7 @@ ATTENTION_EDITS = [
     ("        if (tid < 64) orow[tid] = a / l_run;\n", "        tr_mark(12);\n        tr_gmark(14);\n"),
     ("        orow[tid] = A / L;\n    }\n", "    tr_mark(12);\n    tr_gmark(14);\n"),
 ]
-QKV_ATTENTION_EDITS = [  # attention_qkv.cu (includes gemv.cu's device code: x and ln from its LayerNorm)
-    ("        for (int t = 0; t < AQ_WARP_ROWS; ++t) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], off);\n",
-     "    tr_mark(16);\n"),
-    ("    cluster_arrive_release();  // the second phase: the head's q, k, v in every rank\n    cluster_wait_acquire();\n",
-     "    tr_mark(6);\n"),
-    ("    attn_dec_fold<AQ_GROUPS>(qv, kr, vr, n0, sc, scratch, stat, m_run, l_run, o);\n", "    tr_mark(7);\n"),
-    ("        if (tid < HEAD_DIM) orow[tid] = a / l_run;\n", "        tr_mark(12);\n        tr_gmark(14);\n"),
-    ("        orow[tid] = A / L;\n    }\n", "    tr_mark(12);\n    tr_gmark(14);\n"),
-]
-EDITS = {"gemv.cu": GEMV_EDITS, "lm_screen.cu": GEMV_EDITS + SCREEN_EDITS, "attention.cu": ATTENTION_EDITS,
-         "attention_qkv.cu": GEMV_EDITS + QKV_ATTENTION_EDITS}
+EDITS = {"gemv.cu": GEMV_EDITS, "lm_screen.cu": GEMV_EDITS + SCREEN_EDITS, "attention.cu": ATTENTION_EDITS}
 
 _read = cuda_modules.read_source
 
@@ -196,8 +182,7 @@ def report(a: np.ndarray, label: str) -> str:
         m = np.zeros(len(a), bool)
         for idx in launches[key]:
             m[idx] = True
-        kind = ("qkv+attention" if key[1] > 1 and key[2] // 2 == 256 else "attention" if key[1] > 1
-                else "gemv" if key[0] > 1 else "other")
+        kind = "attention" if key[1] > 1 else "gemv" if key[0] > 1 else "other"
         cells = []
         for name, col in POINTS[kind]:
             mm = m & (a[:, col] > 0)
@@ -223,12 +208,7 @@ def main():
     ap.add_argument("--save", default=None, metavar="PREFIX", help="also write the raw records as PREFIX_<case>.npy")
     ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
                     help="an extra #define of the nt GEMVs (cuda_linear.NT_DEFINES, an A/B switch); may repeat")
-    ap.add_argument("--qkv-attention", default="on", choices=["on", "off"],
-                    help="batch-1 bf16: ln_1 + QKV + attention in one kernel (cuda.QKV_ATTENTION), or two kernels")
     a = ap.parse_args()
-    from gpt2block.backends import cuda
-
-    cuda.QKV_ATTENTION = a.qkv_attention == "on"
     if a.define:
         from gpt2block.backends import cuda_linear
 

@@ -59,10 +59,6 @@ MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
 HEAD_ARGMAX = True  # at batch 1 the decode LM head GEMV takes the argmax itself (version 21); False: argmax_rows_f32
 SCREEN_HEAD = True  # greedy steps at batch 1 that need no logits take the argmax through the LM head's
                     # int8 screen (cuda_linear.lm_head_screened; version 28); False: the full head
-QKV_ATTENTION = True  # at batch 1 with bf16 weights, ln_1 + QKV + the attention in one kernel where it fits
-                     # (cuda_attention.attention_decode_qkv; version 31); False: the QKV GEMV, then the attention
-STEP_HEAD = False  # A/B: a no-op kernel first in a captured step, the embedding programmatic after it
-EMBED_PROGRAMMATIC = False  # A/B: a captured step's embedding launched with the programmatic attribute
 FUSED_AUTO_MIN_D = 1600  # fused_decode="auto": only gpt2-xl with bf16 weights is faster fused (version 17)
 
 
@@ -312,11 +308,7 @@ class CudaRunner(Runner):
         d_ids, d_seq, d_pos, d_len = step[0], step[1], step[2], step[3]
         # a plain launch (cuda_ops.embedding): the step's kernels after it find every earlier step
         # finished, which attention_decode_f32 relies on (it reads lengths and older keys early)
-        capturing = self.stream.is_capturing()
-        if STEP_HEAD and capturing:
-            cuda_modules.launch(cuda_modules.kernel("embedding", "step_head"), (1,), (32,), ())
-        cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:b],
-                           programmatic=(EMBED_PROGRAMMATIC or STEP_HEAD) and capturing)
+        cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:b])
         if self._fused_fits(b):
             ws = self.ws
             self._fused.launch(self.x[:b], ws.qkv[:b], ws.att[:b], ws.f[:b], cache.kv, d_seq, d_pos, d_len)
@@ -332,13 +324,7 @@ class CudaRunner(Runner):
                 cache_batch_stride=cache.batch_stride, max_len=c.n_positions)
             if b <= cuda_linear.GEMV_MAX_M:
                 kv = (d_seq, d_pos, k_cache, v_cache, cache.batch_stride)
-                qkv_attend = None
-                if self._qkv_attention(b):
-                    qkv_attend = lambda x, out: cuda_attention.attention_decode_qkv(  # noqa: E731
-                        x, self.dec_mats[layer]["w_qkv"], w["b_qkv"], (w["ln1_g"], w["ln1_b"], c.layer_norm_epsilon),
-                        k_cache, v_cache, step, out, n_head=c.n_head, cache_batch_stride=cache.batch_stride,
-                        max_len=c.n_positions)
-                self._decode_block_gemv(w, self.dec_mats[layer], b, attend, kv, qkv_attend)
+                self._decode_block_gemv(w, self.dec_mats[layer], b, attend, kv)
             else:
                 run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                           attend=attend, after_qkv=store, planes=self._planes(layer))
@@ -385,27 +371,16 @@ class CudaRunner(Runner):
             self._fused = cuda_decode.DecodeLayers(self.block_views, self.dec_mats, self.config)
         return self._fused.plan(b) is not None
 
-    def _qkv_attention(self, b: int) -> bool:
-        """Whether a decode step of b rows runs ln_1 + QKV + the attention as one kernel (QKV_ATTENTION)."""
-        c = self.config
-        return (b == 1 and QKV_ATTENTION and self.precision == "bf16"
-                and cuda_attention.decode_qkv_fits(c.n_embd, c.n_head, self.dec_mats[0]["w_qkv"]))
-
-    def _decode_block_gemv(self, w, mats, b: int, attend, kv, qkv_attend=None) -> None:
+    def _decode_block_gemv(self, w, mats, b: int, attend, kv) -> None:
         """One block for b <= GEMV_MAX_M new tokens: four GEMVs over the transposed matrices,
         the LayerNorms fused into the QKV and FC GEMVs, the K / V store into the QKV GEMV
-        (``kv``: gemv_nt's argument), the residual adds into the projections. ``qkv_attend(x, att)``,
-        where given, takes the place of the QKV GEMV and ``attend`` (ln_1 + QKV + the attention in one
-        kernel, the K / V store included)."""
+        (``kv``: gemv_nt's argument), the residual adds into the projections."""
         eps = self.config.layer_norm_epsilon
         x, ws = self.x[:b], self.ws
         qkv, att, f = ws.qkv[:b], ws.att[:b], ws.f[:b]
         gemv_nt = cuda_linear.gemv_nt
-        if qkv_attend is not None:
-            qkv_attend(x, att)
-        else:
-            gemv_nt(x, mats["w_qkv"], qkv, bias=w["b_qkv"], epilogue="bias", ln=(w["ln1_g"], w["ln1_b"], eps), kv=kv)
-            attend(qkv, att)
+        gemv_nt(x, mats["w_qkv"], qkv, bias=w["b_qkv"], epilogue="bias", ln=(w["ln1_g"], w["ln1_b"], eps), kv=kv)
+        attend(qkv, att)
         gemv_nt(att, mats["w_attn"], x, bias=w["b_attn"], epilogue="bias_residual", residual=x)
         gemv_nt(x, mats["w_fc"], f, bias=w["b_fc"], epilogue="bias_gelu", ln=(w["ln2_g"], w["ln2_b"], eps))
         gemv_nt(f, mats["w_proj"], x, bias=w["b_proj"], epilogue="bias_residual", residual=x)

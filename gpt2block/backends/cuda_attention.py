@@ -40,7 +40,6 @@ PREFILL_VARIANTS = {
 SPLIT_KERNELS = {"tf32x3f": "attention_prefill_split_tf32x3f", "tf32": "attention_prefill_split_tf32"}
 DECODE_THREADS = 128
 DECODE_MAX_CLUSTER = 8  # blocks (one cluster, ATTN_DEC_CLUSTER in attention.cu) per (row, head) on sm_90, at most
-DECODE_DEFINES: tuple = ()  # extra #defines of the decode attention kernels (A/B switches: ATTN_DEC_GROUP_SOFTMAX)
 DECODE_BLOCKS_PER_SM = 3  # fewer blocks per (row, head) where B * H * 8 would exceed this many per multiprocessor
 INT32_MAX = 2**31 - 1
 
@@ -376,76 +375,6 @@ def attention_decode(q, k_cache, v_cache, lengths, out, *, n_head: int, q_stride
         raise ValueError(f"attention_decode takes at most 65535 rows; got {b}")
     args = (q, np.int32(q_stride), k_cache, v_cache, np.int64(cbs), lengths, out, np.int32(d), np.int32(max_len))
     ranks = decode_ranks(b, n_head)
-    launch(kernel("attention", "attention_decode_f32", (("ATTN_DEC_CLUSTER", ranks),) + DECODE_DEFINES),
-           (ranks, n_head, b),
+    launch(kernel("attention", "attention_decode_f32", (("ATTN_DEC_CLUSTER", ranks),)), (ranks, n_head, b),
            (DECODE_THREADS,), args,
            stream=stream, programmatic=True)
-
-
-# -- ln_1 + QKV + decode attention in one kernel (batch 1, bf16 weights) ------------------------
-
-QKV_RANKS = 8  # blocks per head of attention_decode_qkv_bf16 (one cluster, AQ_RANKS in attention_qkv.cu)
-QKV_MAX_CHUNKS = 4  # 16-byte weight pieces per row per lane it is built for at most (D <= 1024)
-
-
-def decode_qkv_fits(d: int, n_head: int, w) -> bool:
-    """Whether attention_decode_qkv serves a batch-1 decode layer of width d: sm_90 (clusters), bf16
-    weights (uint16 bits), d a multiple of 256 up to 1024 (the weights of a rank's 24 rows fit its
-    registers), and every head's cluster resident at once (8 n_head blocks within the multiprocessors):
-    gpt2 and gpt2-medium."""
-    return (int(cp.cuda.Device().compute_capability) >= 90 and isinstance(w, cp.ndarray) and w.dtype == np.uint16
-            and d == HEAD_DIM * n_head and d % 256 == 0 and d // 256 <= QKV_MAX_CHUNKS
-            and QKV_RANKS * n_head <= sm_count())
-
-
-def attention_decode_qkv(x, w, bias, ln, k_cache, v_cache, step, out, *, n_head: int, cache_batch_stride: int,
-                         max_len: int, stream=None) -> None:
-    """ln_1, the QKV product and the attention of one decode token (batch 1, bf16 weights) in one kernel
-    (kernels/attention_qkv.cu): q, k, v = LN(x; g, b, eps) @ w^T + bias, the token's key and value
-    written to position p of cache row r, and out [1, D] = the attention of q over keys 0 .. len - 1
-    of row r, with (r, p, len) = step[1:4, 0] (step: int32 [4, 1] on the device, the decode step's
-    ints; len must be p + 1 and in 1 .. max_len, else out is NaN and the cache is left alone).
-
-    x [1, D] float32; w [3D, D] W_qkv transposed as bf16 bits (uint16); bias [3D]; ln = (g, b, eps)
-    with g, b [D]; k_cache, v_cache: key t of row r at ptr + r * cache_batch_stride + t * D floats.
-    Where decode_qkv_fits(D, n_head, w). Launched programmatically (inside
-    cuda_modules.programmatic_launches) it reads w, bias, g, b, step and the keys / values below
-    position p before its pdl_wait, as gemv_nt and attention_decode do, so no kernel that may still
-    be running may write those."""
-    from .cuda_linear import _check_ln
-
-    d = _width(n_head)
-    if not isinstance(w, cp.ndarray) or w.dtype != np.uint16:
-        raise ValueError(f"w must be bf16 weights (a uint16 CuPy array); got "
-                         f"{getattr(w, 'dtype', type(w).__name__)}")
-    if not decode_qkv_fits(d, n_head, w):
-        raise ValueError(f"attention_decode_qkv does not serve D = {d} ({n_head} heads) on this device: "
-                         f"it needs sm_90, D a multiple of 256 up to {256 * QKV_MAX_CHUNKS} and "
-                         f"{QKV_RANKS} x n_head blocks within {sm_count()} multiprocessors")
-    _out("x", x, 1, d)
-    if w.shape != (3 * d, d) or not w.flags.c_contiguous or w.data.ptr % 16:
-        raise ValueError(f"w must be a contiguous, 16-byte aligned [3D, D] = ({3 * d}, {d}) array; got shape {w.shape}")
-    _array("bias", bias)
-    if bias.shape != (3 * d,) or not bias.flags.c_contiguous:
-        raise ValueError(f"bias must be a contiguous float32 array of shape ({3 * d},); got shape {bias.shape}")
-    g, b, eps = _check_ln(ln, d)
-    _array("step", step, cp.int32)
-    if step.shape != (4, 1) or not step.flags.c_contiguous:
-        raise ValueError(f"step must be a contiguous int32 array of shape (4, 1) (ids, row, position, length); "
-                         f"got shape {step.shape}")
-    max_len = _int("max_len", max_len, 1)
-    cbs = _int("cache_batch_stride", cache_batch_stride, 0, 2**62)
-    if cbs % 4:
-        raise ValueError(f"cache_batch_stride must be a multiple of 4 elements; got {cbs}")
-    out_span = _out("out", out, 1, d)
-    spans = {name: _span(name, _array(name, a), max_len * d) for name, a in (("k_cache", k_cache), ("v_cache", v_cache))}
-    inputs = [("x", _span("x", x, d)), ("bias", _span("bias", bias, 3 * d)),
-              ("ln gain", _span("ln gain", g, d)), ("ln bias", _span("ln bias", b, d))]
-    _no_overlap("out", out_span, inputs + list(spans.items()))
-    _no_overlap("k_cache", spans["k_cache"], inputs + [("v_cache", spans["v_cache"])])
-    _no_overlap("v_cache", spans["v_cache"], inputs)
-    args = (x, w, bias, g, b, np.float32(eps), k_cache, v_cache, np.int64(cbs), step, out, np.int32(d),
-            np.int32(max_len))
-    launch(kernel("attention_qkv", "attention_decode_qkv_bf16", (("AQ_CHUNKS", d // 256),) + DECODE_DEFINES),
-           (QKV_RANKS, n_head, 1),
-           (256,), args, shared_mem=(3 * d + 2 * 64 * HEAD_DIM) * 4, stream=stream, programmatic=True)

@@ -91,10 +91,8 @@ def layernorm(x, g, b, y, eps: float, blocks: int | None = None) -> None:
            (x, g, b, y, cp.int32(rows), cp.int32(d), cp.int32(xs), cp.int32(ys), cp.float32(eps)), programmatic=True)
 
 
-def embedding(ids, pos, wte, wpe, x, programmatic: bool = False) -> None:
-    """x[t] = wte[ids[t]] + wpe[pos[t]]: ids, pos int32 [T] on the device, x [T, D]. ``programmatic``: launched
-    with the programmatic attribute (only where nothing before it in the stream can still be running: the
-    first kernel of a captured graph)."""
+def embedding(ids, pos, wte, wpe, x) -> None:
+    """x[t] = wte[ids[t]] + wpe[pos[t]]: ids, pos int32 [T] on the device, x [T, D]."""
     t, d = _f32("x", x, 2).shape
     if ids.dtype != cp.int32 or pos.dtype != cp.int32 or ids.shape != (t,) or pos.shape != (t,):
         raise ValueError(f"ids and pos must be int32 of shape ({t},)")
@@ -102,7 +100,7 @@ def embedding(ids, pos, wte, wpe, x, programmatic: bool = False) -> None:
     # A plain launch, never programmatic: a decode step starts with it, so every earlier step has
     # finished when its later kernels start; attention_decode_f32 relies on that to read the
     # lengths and the older keys before its pdl_wait (kernels/attention.cu).
-    launch(k, (t,), (128,), (ids, pos, wte, wpe, x, cp.int32(d)), programmatic=programmatic)
+    launch(k, (t,), (128,), (ids, pos, wte, wpe, x, cp.int32(d)))
 
 
 def kvcache_store(qkv, seq, pos, k_cache, v_cache, batch_stride: int) -> None:
