@@ -412,62 +412,33 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
 #ifndef GEMV_LN_BLOCK_M1
 #define GEMV_LN_BLOCK_M1 1  // 0: one warp per row at one token as well (for measuring)
 #endif
-// gemv_ln_row_block in parts, which the one-token fold (FOLD, below) runs apart:
-// x [K] into xs by the whole block (cp.async, thread t pieces t, t + 256, ...; not waited for here),
-__device__ __forceinline__ void gemv_ln_row_copy(const float* __restrict__ x, float* xs, int K) {
-    float4* xs4 = reinterpret_cast<float4*>(xs);
-    for (int k = threadIdx.x; k < (K >> 2); k += GEMV_NT_THREADS)
-        cp_async16(xs4 + k, reinterpret_cast<const float4*>(x) + k, 16);
-    cp_async_commit();
-}
-
-// each warp's float64 sum and sum of squares of those pieces (of xs, or of x itself) into shared memory,
-__device__ __forceinline__ double* gemv_ln_parts() {
+__device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, const float* gbs, float* xs, int K,
+                                                  float eps) {
     __shared__ double part[GEMV_NT_WARPS][2];  // each warp's sum and sum of squares
-    return &part[0][0];
-}
-__device__ __forceinline__ void gemv_ln_row_part(const float4* row, int K) {
-    double s, q;
-    gemv_row_sums(row, K >> 2, threadIdx.x, GEMV_NT_THREADS, s, q);
-    if ((threadIdx.x & 31) == 0) {
-        gemv_ln_parts()[2 * (threadIdx.x >> 5)] = s;
-        gemv_ln_parts()[2 * (threadIdx.x >> 5) + 1] = q;
-    }
-}
-
-// after a barrier, the row's statistics, the same in every thread (the warps' sums in warp order),
-__device__ __forceinline__ LnRow gemv_ln_row_combine(int K, float eps) {
-    const double* part = gemv_ln_parts();
-    double s = 0.0, q = 0.0;
-#pragma unroll
-    for (int w = 0; w < GEMV_NT_WARPS; ++w) {
-        s += part[2 * w];
-        q += part[2 * w + 1];
-    }
-    return ln_row_stats(s, q, ln_inv_n(K), eps);
-}
-__device__ __forceinline__ LnRow gemv_ln_row_stats(const float* xs, int K, float eps) {
-    cp_async_wait<0>();  // this thread's pieces and its share of g and b
-    gemv_ln_row_part(reinterpret_cast<const float4*>(xs), K);
-    __syncthreads();  // the warps' sums, and everyone's share of g and b
-    return gemv_ln_row_combine(K, eps);
-}
-
-// and each thread normalizing the pieces it copied (the second barrier: the row done).
-__device__ __forceinline__ void gemv_ln_row_apply(float* xs, const float* gbs, const LnRow& st, int K) {
-    const int K4 = K >> 2;
+    const int tid = threadIdx.x, warp = tid >> 5, K4 = K >> 2;
     float4* xs4 = reinterpret_cast<float4*>(xs);
     const float4* gs4 = reinterpret_cast<const float4*>(gbs);
     const float4* bs4 = gs4 + K4;
-    for (int k = threadIdx.x; k < K4; k += GEMV_NT_THREADS) xs4[k] = ln_apply4(xs4[k], st, gs4[k], bs4[k]);
+    for (int k = tid; k < K4; k += GEMV_NT_THREADS) cp_async16(xs4 + k, reinterpret_cast<const float4*>(x) + k, 16);
+    cp_async_commit();
+    cp_async_wait<0>();  // this thread's pieces and its share of g and b
+    double s, q;
+    gemv_row_sums(xs4, K4, tid, GEMV_NT_THREADS, s, q);
+    if ((tid & 31) == 0) {
+        part[warp][0] = s;
+        part[warp][1] = q;
+    }
+    __syncthreads();  // the warps' sums, and everyone's share of g and b
+    s = 0.0;
+    q = 0.0;
+#pragma unroll
+    for (int w = 0; w < GEMV_NT_WARPS; ++w) {
+        s += part[w][0];
+        q += part[w][1];
+    }
+    const LnRow st = ln_row_stats(s, q, ln_inv_n(K), eps);
+    for (int k = tid; k < K4; k += GEMV_NT_THREADS) xs4[k] = ln_apply4(xs4[k], st, gs4[k], bs4[k]);
     __syncthreads();
-}
-
-__device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, const float* gbs, float* xs, int K,
-                                                  float eps) {
-    gemv_ln_row_copy(x, xs, K);
-    const LnRow st = gemv_ln_row_stats(xs, K, eps);
-    gemv_ln_row_apply(xs, gbs, st, K);
 }
 
 // The KV-cache destination of the _kv kernels: output n of row m in [D, 2D) is key n - D of
@@ -542,75 +513,18 @@ __device__ __forceinline__ void gemv_argmax_finish(const GemvArgmax am, float be
     }
 }
 
-// The one-token LayerNorm folded into the products (FOLD: the _lnfold_m1 builds, ln_1 + QKV and ln_2 + FC of
-// the batch-1 decode step; cuda_linear.ln_fold makes c and d once per matrix, kernel gemv_*_ln_fold_sums):
-//   LN(x) . w_n + bias_n = rstd (sum_k w_nk g_k x_k - mean c_n) + d_n,
-//   c_n = sum_k w_nk g_k,   d_n = bias_n + sum_k w_nk b_k   (float64 sums, rounded once).
-// The products need only this lane's pieces of x (read through L1 and scaled by g, staged in shared
-// memory before pdl_wait), not the row's statistics, so they start when those pieces land. Each thread
-// adds its share of the statistics' float64 sums from x first (gemv_ln_row_part: the staged path's sums,
-// so the same statistics), and the warps' sums are added up after the first row group's products, for
-// its epilogue (one barrier). The staged path waits for the whole row, its
-// statistics and its normalization, about 0.75 us after the first pieces land, before any product
-// (docs/PERFORMANCE.md, versions 24 and 28). Version 25's fold shifted x by its mean, so its products
-// waited for the whole row, and it measured slower; this one has no shift.
-// Without the shift, sum - mean c cancels where the row's mean is large against its spread: where
-// |mean| rstd > GEMV_FOLD_FAR (or the statistics are not finite) the block normalizes the row after all
-// and takes the staged path from that row group on (the same bits as the _ln build's). Below it the
-// products' rounding error, relative to the staged path's, grows by at most about 1 + 1.25 |mean| rstd.
-#ifndef GEMV_FOLD_FAR
-#define GEMV_FOLD_FAR 0.25f
-#endif
-template <int V>
-struct GemvXMode {  // where a product loop takes its activations (gemv_nt_body's group_sum)
-    static constexpr int value = V;
-};
-#define GEMV_X_GLOBAL 0  // x through the L1 cache
-#define GEMV_X_STAGED 1  // the normalized rows in shared memory (_ln)
-#define GEMV_X_GAIN 2    // x through the L1 cache times g in shared memory (FOLD)
-
-// FOLD's output from its row group's sum acc = sum_k w_nk g_k x_k: then the epilogue (+ d, GELU).
-template <int EPI>
-__device__ __forceinline__ float gemv_fold_apply(float acc, const LnRow& st, float c, float d) {
-    float t = fmaf(-st.mean_hi, c, acc);
-    t = fmaf(-st.mean_lo, c, t);
-    return gemv_epi_apply<EPI>(t * st.rstd, d, 0.0f);
-}
-
-// Whether FOLD's block takes the staged path: the row's mean far from zero against its spread, or
-// statistics that are not finite (the staged path's NaNs, bit for bit).
-__device__ __forceinline__ bool gemv_fold_far(const LnRow& st) {
-    return !(fabsf(st.mean_hi) * st.rstd <= GEMV_FOLD_FAR);
-}
-
 // One token's row sums (HALVE in gemv_nt_body): a lane's ROWS partial sums fold together by halving
 // shuffles, warp_sums<ROWS> (ROWS - 1 + 5 - log2 ROWS shuffles: 6 at 4 rows, 5 at 2), instead of one
 // warp_sum of 5 shuffles per row; gpt2 bf16 b1 +2.2% (docs/PERFORMANCE.md, version 25).
 #ifndef GEMV_M1_HALVE
 #define GEMV_M1_HALVE 1  // 0: one warp_sum per row (for measuring)
 #endif
-// The LayerNorm's statistics from the kernel before (version 31, LN_STATS): the projection GEMVs that write
-// the residual stream x at one token (STATS: gemv_*_nt_bias_residual_stats_m1) also write, for each row group
-// g of ROWS rows, the float64 sum and sum of squares of the rows they stored, stats_out[2 g], [2 g + 1]; the
-// folded LayerNorm GEMV after them reads those stats_n pairs (ln_stats) instead of forming the sums from x,
-// so its products read x through L1 as the projections' do, and only the pairs' float64 total (each thread's
-// share loaded before the products, added after them) stays on its path. GEMV_STATS_PER_THREAD pairs a thread
-// at most: stats_n <= GEMV_STATS_PER_THREAD x 256.
-#ifndef GEMV_STATS_PER_THREAD
-#define GEMV_STATS_PER_THREAD 1  // cuda_linear sets it by width: ceil(stats_n / 256)
-#endif
-template <bool BF16, int EPI, bool LN, bool KV, int MP, bool ARGMAX = false, bool FOLD = false, bool STATS = false>
+template <bool BF16, int EPI, bool LN, bool KV, int MP, bool ARGMAX = false>
 __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const typename GemvW<BF16>::T* __restrict__ w,
                                              const float* __restrict__ bias, const float* R, float* y,
                                              const float* __restrict__ ln_g, const float* __restrict__ ln_b,
                                              int M, int N, int K, float eps, int wpr, GemvKv kv,
-                                             GemvArgmax am = GemvArgmax{}, const float* __restrict__ fold_c = nullptr,
-                                             const float* __restrict__ fold_d = nullptr,
-                                             const double* __restrict__ ln_stats = nullptr, int stats_n = 0,
-                                             double* __restrict__ stats_out = nullptr) {
-    static_assert(!FOLD || (MP == 1 && LN && (EPI == GEMV_EPI_BIAS || EPI == GEMV_EPI_GELU) && !ARGMAX),
-                  "FOLD: one token, a LayerNorm, and the bias or bias + GELU epilogue");
-    static_assert(!STATS || (MP == 1 && !LN && EPI == GEMV_EPI_RESIDUAL), "STATS: one token's residual projection");
+                                             GemvArgmax am = GemvArgmax{}) {
     constexpr int CPT = GemvW<BF16>::CPT;
     typedef GemvNt<MP, BF16, LN && EPI == GEMV_EPI_NONE> Build;
     constexpr int ROWS = Build::ROWS;  // weight rows per warp at a time
@@ -623,7 +537,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     constexpr int MB = MP * CPT <= 32 ? MP : 32 / CPT;
     typedef GemvRaw<BF16> Raw;
     extern __shared__ float4 gemv_smem4[];
-    float* xs = reinterpret_cast<float*>(gemv_smem4);  // LN: [M][K], then g [K] and b [K]
+    float* xs = reinterpret_cast<float*>(gemv_smem4);  // LN: [M][K]
     __shared__ float red[GEMV_NT_WARPS][32];  // wpr > 1: each warp's sums, lane-indexed
 
     // The block's warps form GEMV_NT_WARPS / wpr groups; group g takes rows n_blk + ROWS g .. + ROWS - 1, and
@@ -666,13 +580,9 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     constexpr int LPS = 32 / MP;  // lanes per sum
     const int e_r = HALVE ? lane / LPR : lane % LPS, e_m = lane / LPS;
     const bool e_own = lane % LPR == 0;  // the lane that stores its row (every one without HALVE)
-    float e_bias = 0.0f, e_res = 0.0f, e_c = 0.0f, e_d = 0.0f;  // FOLD: c_n and d_n in e_c, e_d
+    float e_bias = 0.0f, e_res = 0.0f;
     auto epi_bias = [&](int n0) {
         if (EPI != GEMV_EPI_NONE && e_r < ROWS && n0 + e_r < N) e_bias = ld_pre_wait(bias + n0 + e_r);
-        if (FOLD && e_r < ROWS && n0 + e_r < N) {
-            e_c = ld_pre_wait(fold_c + n0 + e_r);
-            e_d = ld_pre_wait(fold_d + n0 + e_r);
-        }
     };
     auto epi_res = [&](int n0) {
         if (EPI == GEMV_EPI_RESIDUAL && slice == 0 && e_r < ROWS && e_m < M && n0 + e_r < N)
@@ -685,35 +595,27 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     load_batch(k_lo + lane * CPT);  // weights only: before the wait
     epi_bias(first + group * ROWS);
     if (LN) gemv_ln_stage_gb(ln_g, ln_b, xs + M * K, K);
-    if (FOLD) {  // g landed for every warp's products (weights: their round trip overlaps the kernel before)
-        cp_async_wait<0>();
-        __syncthreads();
-    }
     pdl_wait();
     epi_res(first + group * ROWS);
     long long e_kv = 0;  // KV: token e_m's cache row and position, as an offset
     if (KV && e_m < M) e_kv = kv.seq[e_m] * kv.batch_stride + (long long)kv.pos[e_m] * kv.D;
-    double2 f_pairs[GEMV_STATS_PER_THREAD];  // FOLD with ln_stats: this thread's pairs, loaded before the products
     if (LN) {  // the whole block
-        if (FOLD && ln_stats != nullptr) {
-#pragma unroll
-            for (int j = 0; j < GEMV_STATS_PER_THREAD; ++j) {
-                const int i = threadIdx.x + j * GEMV_NT_THREADS;
-                f_pairs[j] = i < stats_n ? reinterpret_cast<const double2*>(ln_stats)[i] : make_double2(0.0, 0.0);
-            }
-        } else if (FOLD)  // the statistics' sums from x itself, before the products; added up after them
-            gemv_ln_row_part(reinterpret_cast<const float4*>(x), K);
-        else if (MP == 1 && GEMV_LN_BLOCK_M1)
+        if (MP == 1 && GEMV_LN_BLOCK_M1)
             gemv_ln_row_block(x, xs + K, xs, K, eps);
         else
             gemv_ln_rows(x, xs + M * K, xs, M, K, eps);
     }
 
-    // One row group's sums: lane l gets row l / LPR's (HALVE), else row l % LPS's of token l / LPS
-    // (below); after wpr > 1 slices are added, in the group's first warp. Its weights' first batch is
-    // in wv already. XM (GemvXMode): where the activations come from.
-    auto group_sum = [&](auto x_mode) -> float {
-        constexpr int XM = decltype(x_mode)::value;
+    float best_v = NEG_INF_F32;  // ARGMAX: the best of this lane's stored outputs (token e_m)
+    int best_i = ARGMAX_NONE;
+    for (int n_blk = first; n_blk < N; n_blk += gridDim.x * rows_blk) {  // the same trip count in every warp
+        const int n0 = n_blk + group * ROWS;
+        if (n_blk != first) {
+            set_rows(n0);
+            load_batch(k_lo + lane * CPT);
+            epi_bias(n0);
+            epi_res(n0);
+        }
         float acc[ROWS][MP];
 #pragma unroll
         for (int r = 0; r < ROWS; ++r)
@@ -732,20 +634,11 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
                     float4 q[MB][CPT / 4];
 #pragma unroll
                     for (int m = 0; m < MB; ++m) {
-                        const float* xm = (XM == GEMV_X_STAGED ? xs : x) + (long long)min(m0 + m, M - 1) * K + k;
+                        const float* xm = (LN ? xs : x) + (long long)min(m0 + m, M - 1) * K + k;
 #pragma unroll
-                        for (int c = 0; c < CPT; c += 4) {
-                            if (XM == GEMV_X_STAGED) {
-                                q[m][c / 4] = *reinterpret_cast<const float4*>(xm + c);
-                            } else {
-                                q[m][c / 4] = __ldg(reinterpret_cast<const float4*>(xm + c));
-                                if (XM == GEMV_X_GAIN) {  // g x (g staged after the row: xs + K)
-                                    const float4 g = *reinterpret_cast<const float4*>(xs + K + k + c);
-                                    float4& v = q[m][c / 4];
-                                    v = make_float4(v.x * g.x, v.y * g.y, v.z * g.z, v.w * g.w);
-                                }
-                            }
-                        }
+                        for (int c = 0; c < CPT; c += 4)
+                            q[m][c / 4] = LN ? *reinterpret_cast<const float4*>(xm + c)
+                                             : __ldg(reinterpret_cast<const float4*>(xm + c));
                     }
 #pragma unroll
                     for (int m = 0; m < MB; ++m)
@@ -791,67 +684,10 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             }
             __syncthreads();  // red is reused by the next row group
         }
-        return mine;
-    };
-
-    float best_v = NEG_INF_F32;  // ARGMAX: the best of this lane's stored outputs (token e_m)
-    int best_i = ARGMAX_NONE;
-    LnRow f_st{};           // FOLD: the row's statistics, once known
-    bool f_known = false;   // FOLD: f_st formed (after the first row group's products)
-    bool f_staged = false;  // FOLD: the row normalized in xs after all (gemv_fold_far): the _ln path
-    for (int n_blk = first; n_blk < N; n_blk += gridDim.x * rows_blk) {  // the same trip count in every warp
-        const int n0 = n_blk + group * ROWS;
-        if (n_blk != first) {
-            set_rows(n0);
-            load_batch(k_lo + lane * CPT);
-            epi_bias(n0);
-            epi_res(n0);
-        }
-        float mine = 0.0f;
-        bool folded = false;  // FOLD: mine is sum_k w_nk g_k x_k, for gemv_fold_apply
-        if constexpr (FOLD) {
-            if (!f_staged) {
-                mine = group_sum(GemvXMode<GEMV_X_GAIN>{});
-                if (!f_known) {  // the same in every thread, so the branch below is the block's
-                    if (ln_stats != nullptr) {  // the kernel before's pairs: this thread's, then its warp's
-                        double ss = 0.0, qq = 0.0;
-#pragma unroll
-                        for (int j = 0; j < GEMV_STATS_PER_THREAD; ++j) {
-                            ss += f_pairs[j].x;
-                            qq += f_pairs[j].y;
-                        }
-                        ss = warp_sum(ss);
-                        qq = warp_sum(qq);
-                        if (lane == 0) {
-                            gemv_ln_parts()[2 * warp] = ss;
-                            gemv_ln_parts()[2 * warp + 1] = qq;
-                        }
-                    }
-                    __syncthreads();  // every warp's sums (gemv_ln_row_part, or the pairs')
-                    f_st = gemv_ln_row_combine(K, eps);
-                    f_known = true;
-                    if (gemv_fold_far(f_st)) {  // x into xs after all, normalized as the _ln build's
-                        gemv_ln_row_copy(x, xs, K);
-                        cp_async_wait<0>();
-                        gemv_ln_row_apply(xs, xs + K, f_st, K);
-                        f_staged = true;
-                        load_batch(k_lo + lane * CPT);  // this row group's first batch again
-                    }
-                }
-            }
-            folded = !f_staged;
-            if (f_staged) mine = group_sum(GemvXMode<GEMV_X_STAGED>{});
-        } else {
-            mine = group_sum(GemvXMode<LN ? GEMV_X_STAGED : GEMV_X_GLOBAL>{});
-        }
         const int n = n0 + e_r;
-        float v_out = 0.0f;  // STATS: the row this lane stored
         if (slice == 0 && e_own && e_r < ROWS && e_m < M && n < N) {
-            const float v = folded                ? gemv_fold_apply<EPI>(mine, f_st, e_c, e_d)
-                            : EPI == GEMV_EPI_NONE ? mine
-                                                   : gemv_epi_apply<EPI>(mine, e_bias, e_res);
+            const float v = EPI == GEMV_EPI_NONE ? mine : gemv_epi_apply<EPI>(mine, e_bias, e_res);
             y[(long long)e_m * N + n] = v;
-            v_out = v;
             if (ARGMAX && argmax_better(v, n, best_v, best_i)) { best_v = v; best_i = n; }
             if (KV && n >= kv.D) {
                 const int part = n >= 2 * kv.D;  // 0: key, 1: value
@@ -859,47 +695,8 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
                 dst[e_kv + (n - kv.D - part * kv.D)] = v;
             }
         }
-        if constexpr (STATS) {  // the group's rows sit on lanes 0, LPR, 2 LPR, ... of its slice-0 warp
-            const double sv = v_out;
-            double ss = sv, qq = sv * sv;
-#pragma unroll
-            for (int off = LPR; off < 32; off <<= 1) {
-                ss += __shfl_xor_sync(0xffffffffu, ss, off);
-                qq += __shfl_xor_sync(0xffffffffu, qq, off);
-            }
-            if (slice == 0 && lane == 0 && n0 < N) {
-                stats_out[2 * (n0 / ROWS)] = ss;
-                stats_out[2 * (n0 / ROWS) + 1] = qq;
-            }
-        }
     }
     if (ARGMAX && am.out != nullptr) gemv_argmax_finish<MP>(am, best_v, best_i, M, lane, warp);
-}
-
-// FOLD's constants for w [N, K] (float32 or bf16 bits): c[n] = sum_k w_nk g_k, d[n] = bias_n + sum_k w_nk b_k
-// (bias NULL: 0), float64 sums rounded once to float32. A warp a row (lanes striding along K, then a
-// warp sum: the same order every time); grid = ceil(N / 8) blocks of 256 threads.
-template <bool BF16>
-__device__ __forceinline__ void gemv_ln_fold_sums_body(const void* __restrict__ w, const float* __restrict__ g,
-                                                       const float* __restrict__ b, const float* __restrict__ bias,
-                                                       float* __restrict__ c, float* __restrict__ d, int N, int K) {
-    const int lane = threadIdx.x & 31;
-    const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (n >= N) return;
-    double sc = 0.0, sd = 0.0;
-    for (int k = lane; k < K; k += 32) {
-        const long long i = (long long)n * K + k;
-        const double wk = BF16 ? (double)__uint_as_float((unsigned)static_cast<const unsigned short*>(w)[i] << 16)
-                               : (double)static_cast<const float*>(w)[i];
-        sc = fma(wk, (double)g[k], sc);
-        sd = fma(wk, (double)b[k], sd);
-    }
-    sc = warp_sum(sc);
-    sd = warp_sum(sd);
-    if (lane == 0) {
-        c[n] = (float)sc;
-        d[n] = (float)(sd + (bias != nullptr ? (double)bias[n] : 0.0));
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -996,52 +793,6 @@ __device__ __forceinline__ void gemv_ln_fold_sums_body(const void* __restrict__ 
     GEMV_IF_MP4(GEMV_NT_KV_KERNEL_MP(name, bf16, 4))   \
     GEMV_IF_MP8(GEMV_NT_KV_KERNEL_MP(name, bf16, 8))
 
-// The one-token LayerNorm folded into the products (FOLD): ln + bias (+ GELU), with the extra arguments
-// (const float* fold_c, const float* fold_d) after wpr, then the _kv kernel's; and their constants.
-#define GEMV_NT_FOLD_KERNEL(name, bf16, epi)                                                                  \
-    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GemvNt<1, bf16, false>::MIN_BLOCKS)         \
-        name##_m1(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w,                          \
-                  const float* __restrict__ bias, const float* R, float* y, const float* __restrict__ ln_g,      \
-                  const float* __restrict__ ln_b, int M, int N, int K, float eps, int wpr,                       \
-                  const float* __restrict__ fold_c, const float* __restrict__ fold_d,                           \
-                  const double* __restrict__ ln_stats, int stats_n) {                                            \
-        gemv_nt_body<bf16, epi, true, false, 1, false, true>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr,   \
-                                                             GemvKv{}, GemvArgmax{}, fold_c, fold_d, ln_stats,  \
-                                                             stats_n);                                          \
-    }
-#define GEMV_NT_FOLD_KV_KERNEL(name, bf16)                                                                    \
-    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GemvNt<1, bf16, false>::MIN_BLOCKS)         \
-        name##_m1(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w,                          \
-                  const float* __restrict__ bias, const float* R, float* y, const float* __restrict__ ln_g,      \
-                  const float* __restrict__ ln_b, int M, int N, int K, float eps, int wpr,                       \
-                  const float* __restrict__ fold_c, const float* __restrict__ fold_d,                           \
-                  const double* __restrict__ ln_stats, int stats_n,                                             \
-                  const int* __restrict__ seq, const int* __restrict__ pos, float* __restrict__ k_cache,         \
-                  float* __restrict__ v_cache, long long batch_stride) {                                         \
-        const GemvKv kv{seq, pos, k_cache, v_cache, batch_stride, N / 3};                                     \
-        gemv_nt_body<bf16, GEMV_EPI_BIAS, true, true, 1, false, true>(x, w, bias, R, y, ln_g, ln_b, M, N, K,    \
-                                                                      eps, wpr, kv, GemvArgmax{}, fold_c,     \
-                                                                      fold_d, ln_stats, stats_n);             \
-    }
-// The one-token residual projection that also writes its row groups' float64 sums and sums of squares
-// (STATS: (double* stats_out) after wpr), for the folded LayerNorm GEMV after it.
-#define GEMV_NT_STATS_KERNEL(name, bf16)                                                                      \
-    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GemvNt<1, bf16, false>::MIN_BLOCKS)         \
-        name##_m1(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w,                          \
-                  const float* __restrict__ bias, const float* R, float* y, const float* __restrict__ ln_g,      \
-                  const float* __restrict__ ln_b, int M, int N, int K, float eps, int wpr,                       \
-                  double* __restrict__ stats_out) {                                                              \
-        gemv_nt_body<bf16, GEMV_EPI_RESIDUAL, false, false, 1, false, false, true>(                           \
-            x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, GemvKv{}, GemvArgmax{}, nullptr, nullptr, nullptr, 0, \
-            stats_out);                                                                                         \
-    }
-#define GEMV_LN_FOLD_SUMS_KERNEL(name, bf16)                                                                  \
-    extern "C" __global__ void name(const void* __restrict__ w, const float* __restrict__ g,                  \
-                                    const float* __restrict__ b, const float* __restrict__ bias,              \
-                                    float* __restrict__ c, float* __restrict__ d, int N, int K) {             \
-        gemv_ln_fold_sums_body<bf16>(w, g, b, bias, c, d, N, K);                                              \
-    }
-
 GEMV_KERNEL(gemv_f32_bias, false, GEMV_EPI_BIAS)
 GEMV_KERNEL(gemv_f32_bias_gelu, false, GEMV_EPI_GELU)
 GEMV_KERNEL(gemv_f32_bias_residual, false, GEMV_EPI_RESIDUAL)
@@ -1064,14 +815,4 @@ GEMV_NT_KERNEL(gemv_bf16_nt_bias_gelu, true, GEMV_EPI_GELU, false)
 GEMV_NT_KERNEL(gemv_bf16_nt_bias_residual, true, GEMV_EPI_RESIDUAL, false)
 GEMV_NT_KV_KERNEL(gemv_f32_nt_ln_bias_kv, false)
 GEMV_NT_KV_KERNEL(gemv_bf16_nt_ln_bias_kv, true)
-GEMV_IF_MP1(GEMV_NT_FOLD_KERNEL(gemv_f32_nt_lnfold_bias, false, GEMV_EPI_BIAS))
-GEMV_IF_MP1(GEMV_NT_FOLD_KERNEL(gemv_f32_nt_lnfold_bias_gelu, false, GEMV_EPI_GELU))
-GEMV_IF_MP1(GEMV_NT_FOLD_KV_KERNEL(gemv_f32_nt_lnfold_bias_kv, false))
-GEMV_IF_MP1(GEMV_NT_FOLD_KERNEL(gemv_bf16_nt_lnfold_bias, true, GEMV_EPI_BIAS))
-GEMV_IF_MP1(GEMV_NT_FOLD_KERNEL(gemv_bf16_nt_lnfold_bias_gelu, true, GEMV_EPI_GELU))
-GEMV_IF_MP1(GEMV_NT_FOLD_KV_KERNEL(gemv_bf16_nt_lnfold_bias_kv, true))
-GEMV_IF_MP1(GEMV_NT_STATS_KERNEL(gemv_f32_nt_bias_residual_stats, false))
-GEMV_IF_MP1(GEMV_NT_STATS_KERNEL(gemv_bf16_nt_bias_residual_stats, true))
-GEMV_IF_MP1(GEMV_LN_FOLD_SUMS_KERNEL(gemv_f32_ln_fold_sums, false))
-GEMV_IF_MP1(GEMV_LN_FOLD_SUMS_KERNEL(gemv_bf16_ln_fold_sums, true))
 #endif  // GEMV_DEVICE_ONLY

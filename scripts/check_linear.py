@@ -159,13 +159,10 @@ def _layer_norm(x, g, b, eps=1e-5):
 
 
 def gemv_case(wdtype: str, m: int, k: int, n: int, epilogue: str | None = "bias", nt: bool = False,
-              inplace: bool = False, ln: bool = False, ln_mean: float = 5.0, fold: bool = False,
-              seed: int = 0) -> Result:
+              inplace: bool = False, ln: bool = False, ln_mean: float = 5.0, seed: int = 0) -> Result:
     """Run gemv / gemv_nt once; the reference uses the weights as stored (bf16-rounded).
     nt: w is [N, K] (the decode layout), epilogue None = no bias; ln: the input LayerNorm fused
-    (x with a row mean far from zero, ln_mean, and a few large columns, as a residual stream has);
-    fold: that LayerNorm folded into the products (cuda_linear.ln_fold; one token, ln_mean near 0
-    for the folded path itself, far from 0 for its fall-back to the staged one)."""
+    (x with a row mean far from zero, ln_mean, and a few large columns, as a residual stream has)."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((m, k), dtype=np.float32)
     if ln:
@@ -185,11 +182,8 @@ def gemv_case(wdtype: str, m: int, k: int, n: int, epilogue: str | None = "bias"
     r_d = None if r is None else cp.asarray(r)
     out_d = r_d if inplace else cp.full((m, n), cp.nan, dtype=cp.float32)
     if nt:
-        g_d, lb_d = cp.asarray(g), cp.asarray(lb)
-        bias_nt = None if epilogue is None else bias_d
-        fold_d = L.ln_fold(w_d, g_d, lb_d, bias_nt) if fold else None
-        L.gemv_nt(x_d, w_d, out_d, bias=bias_nt, epilogue=epilogue, residual=r_d,
-                  ln=(g_d, lb_d, 1e-5) if ln else None, fold=fold_d)
+        L.gemv_nt(x_d, w_d, out_d, bias=None if epilogue is None else bias_d, epilogue=epilogue,
+                  residual=r_d, ln=(cp.asarray(g), cp.asarray(lb), 1e-5) if ln else None)
     else:
         L.gemv(x_d, w_d, bias_d, out_d, epilogue=epilogue, residual=r_d)
     ours = torch.as_tensor(cp.asnumpy(out_d)).cuda()
@@ -208,8 +202,7 @@ def gemv_case(wdtype: str, m: int, k: int, n: int, epilogue: str | None = "bias"
     else:
         ref64 = torch_linear(x64, t["w"].double(), t["bias"].double(), epilogue, r64)
         peer = torch_linear(x32, t["w"], t["bias"], epilogue, t["r"])
-    what = ("nt" + (f"+ln{'fold' if fold else ''}(mean {ln_mean:g})" if ln else "")
-            + (f" {epilogue}" if epilogue else "")) if nt else epilogue
+    what = ("nt" + (f"+ln(mean {ln_mean:g})" if ln else "") + (f" {epilogue}" if epilogue else "")) if nt else epilogue
     return judge(f"gemv {wdtype:6s} {what:20s} M={m} K={k} N={n}" + (" inplace" if inplace else ""),
                  ours, ref64, peer, "fp32")
 
@@ -310,12 +303,6 @@ def gemv_cases(quick: bool = False) -> list[dict]:
                           dict(wdtype=wdtype, m=m, k=d, n=4 * d, nt=True, epilogue="bias_gelu", ln=True),
                           dict(wdtype=wdtype, m=m, k=4 * d, n=d, nt=True, epilogue="bias_residual")]
             cases.append(dict(wdtype=wdtype, m=8, k=d, n=VOCAB, nt=True, epilogue=None, ln=True))
-            # one token with the LayerNorm folded (the batch-1 decode step), and its staged fall-back
-            for ln_mean in (0.0, 5.0):
-                cases += [dict(wdtype=wdtype, m=1, k=d, n=3 * d, nt=True, epilogue="bias", ln=True, fold=True,
-                               ln_mean=ln_mean),
-                          dict(wdtype=wdtype, m=1, k=d, n=4 * d, nt=True, epilogue="bias_gelu", ln=True, fold=True,
-                               ln_mean=ln_mean)]
         cases.append(dict(wdtype=wdtype, m=4, k=3072, n=768, nt=True, epilogue="bias_residual", inplace=True))
         cases.append(dict(wdtype=wdtype, m=2, k=104, n=33, nt=True, epilogue="bias_gelu"))
     return cases

@@ -27,8 +27,6 @@ Otherwise five kernels per block:
     x = x + a @ W_attn + b            gemv_*_nt_bias_residual
     f = gelu(LN(x) @ W_fc + b)        gemv_*_nt_ln_bias_gelu
     x = x + f @ W_proj + b            gemv_*_nt_bias_residual
-(at batch 1 the two LayerNorms are folded into their products, FOLD_LN: gemv_*_nt_lnfold_bias_kv and
-gemv_*_nt_lnfold_bias_gelu, with constants made once per runner, cuda_linear.ln_fold)
 then ln_f + the LM head (gemv_*_nt_ln) and the argmax, which also moves the step's ints on to the
 next greedy step (ids = argmax, pos + 1): at batch 1 in the LM head itself (its last block to finish
 reduces the blocks' partials), else argmax_rows_f32. greedy_steps' chained steps at batch 1 need no
@@ -61,10 +59,6 @@ MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
 HEAD_ARGMAX = True  # at batch 1 the decode LM head GEMV takes the argmax itself (version 21); False: argmax_rows_f32
 SCREEN_HEAD = True  # greedy steps at batch 1 that need no logits take the argmax through the LM head's
                     # int8 screen (cuda_linear.lm_head_screened; version 28); False: the full head
-FOLD_LN = True  # batch-1 decode steps fold ln_1 and ln_2 into the QKV and FC products (cuda_linear.ln_fold;
-                # version 30); False: the LayerNorm staged before the products, as at larger batches
-LN_STATS = True  # with FOLD_LN: the folded LayerNorms take the row's statistics from pairs the projection
-                 # before them writes (gemv_nt's stats_out / ln_stats; version 31); False: from x itself
 FUSED_AUTO_MIN_D = 1600  # fused_decode="auto": only gpt2-xl with bf16 weights is faster fused (version 17)
 
 
@@ -199,8 +193,6 @@ class CudaRunner(Runner):
         self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
         self._fwd = None  # forward_device's graphs (_ForwardGraphs), made at its first call
         self._screen = None  # cuda_linear.ScreenTable of wte_dec, made at the first screened step
-        self._folds = None  # per layer {"qkv", "fc"}: cuda_linear.LnFold, made before the first batch-1 step
-        self._ln_stats = None  # LN_STATS' pairs, made with the folds
 
     def new_cache(self, batch: int) -> CudaCache:
         return CudaCache(batch, self.config)
@@ -332,7 +324,7 @@ class CudaRunner(Runner):
                 cache_batch_stride=cache.batch_stride, max_len=c.n_positions)
             if b <= cuda_linear.GEMV_MAX_M:
                 kv = (d_seq, d_pos, k_cache, v_cache, cache.batch_stride)
-                self._decode_block_gemv(w, self.dec_mats[layer], b, attend, kv, self._layer_folds(b, layer), layer)
+                self._decode_block_gemv(w, self.dec_mats[layer], b, attend, kv)
             else:
                 run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                           attend=attend, after_qkv=store, planes=self._planes(layer))
@@ -368,21 +360,6 @@ class CudaRunner(Runner):
         if self._screen is None:
             self._screen = cuda_linear.screen_table(self.wte_dec, self.stream)
 
-    def _folded(self, b: int) -> bool:
-        """Whether a step of b rows folds its LayerNorms into the QKV and FC products (FOLD_LN)."""
-        return b == 1 and FOLD_LN and not self._fused_fits(b)
-
-    def _folds_prepare(self, b: int) -> None:
-        """The LayerNorm folds of every layer (once per runner) on the runner's stream: before any capture."""
-        if self._folds is not None or not self._folded(b):
-            return
-        fold = cuda_linear.ln_fold
-        with self.stream:  # the projections' (sum, sum of squares) pairs for LN_STATS: [0] ln_2's, [1] ln_1's
-            self._ln_stats = cp.zeros((2, 2 * self.config.n_embd), cp.float64)
-        self._folds = [{"qkv": fold(m["w_qkv"], w["ln1_g"], w["ln1_b"], w["b_qkv"], stream=self.stream),
-                        "fc": fold(m["w_fc"], w["ln2_g"], w["ln2_b"], w["b_fc"], stream=self.stream)}
-                       for w, m in zip(self.block_views, self.dec_mats)]
-
     def _fused_fits(self, b: int) -> bool:
         """Whether this step runs its blocks in the one decode_layers kernel."""
         fused = self.fused_decode
@@ -394,38 +371,19 @@ class CudaRunner(Runner):
             self._fused = cuda_decode.DecodeLayers(self.block_views, self.dec_mats, self.config)
         return self._fused.plan(b) is not None
 
-    def _layer_folds(self, b: int, layer: int) -> dict:
-        """The layer's LnFolds for a step of b rows, or {} where the step does not fold."""
-        if not self._folded(b):
-            return {}
-        if self._folds is None:  # made by _decode_device / _decode_chained before the step, never under a capture
-            raise RuntimeError("the LayerNorm folds were not prepared before the step (_folds_prepare)")
-        return self._folds[layer]
-
-    def _decode_block_gemv(self, w, mats, b: int, attend, kv, folds: dict, layer: int = 0) -> None:
+    def _decode_block_gemv(self, w, mats, b: int, attend, kv) -> None:
         """One block for b <= GEMV_MAX_M new tokens: four GEMVs over the transposed matrices,
-        the LayerNorms fused into the QKV and FC GEMVs (folded into their products where ``folds``
-        holds the layer's LnFolds, "qkv" and "fc"), the K / V store into the QKV GEMV (``kv``:
-        gemv_nt's argument), the residual adds into the projections."""
+        the LayerNorms fused into the QKV and FC GEMVs, the K / V store into the QKV GEMV
+        (``kv``: gemv_nt's argument), the residual adds into the projections."""
         eps = self.config.layer_norm_epsilon
         x, ws = self.x[:b], self.ws
         qkv, att, f = ws.qkv[:b], ws.att[:b], ws.f[:b]
         gemv_nt = cuda_linear.gemv_nt
-        # LN_STATS: each projection writes its rows' (sum, sum of squares) pairs for the folded LayerNorm after
-        # it, stats[0] the attention projection's (for ln_2), stats[1] the MLP projection's (for the next ln_1;
-        # layer 0's x comes from the embedding, which writes none)
-        stats = self._ln_stats if folds and LN_STATS else None
-        n_pairs = cuda_linear.gemv_nt_row_groups(*mats["w_attn"].shape, mats["w_attn"].dtype != np.float32)
-        qkv_stats = None if stats is None or layer == 0 else (stats[1], n_pairs)
-        gemv_nt(x, mats["w_qkv"], qkv, bias=w["b_qkv"], epilogue="bias", ln=(w["ln1_g"], w["ln1_b"], eps), kv=kv,
-                fold=folds.get("qkv"), ln_stats=qkv_stats)
+        gemv_nt(x, mats["w_qkv"], qkv, bias=w["b_qkv"], epilogue="bias", ln=(w["ln1_g"], w["ln1_b"], eps), kv=kv)
         attend(qkv, att)
-        gemv_nt(att, mats["w_attn"], x, bias=w["b_attn"], epilogue="bias_residual", residual=x,
-                stats_out=None if stats is None else stats[0])
-        gemv_nt(x, mats["w_fc"], f, bias=w["b_fc"], epilogue="bias_gelu", ln=(w["ln2_g"], w["ln2_b"], eps),
-                fold=folds.get("fc"), ln_stats=None if stats is None else (stats[0], n_pairs))
-        gemv_nt(f, mats["w_proj"], x, bias=w["b_proj"], epilogue="bias_residual", residual=x,
-                stats_out=None if stats is None else stats[1])
+        gemv_nt(att, mats["w_attn"], x, bias=w["b_attn"], epilogue="bias_residual", residual=x)
+        gemv_nt(x, mats["w_fc"], f, bias=w["b_fc"], epilogue="bias_gelu", ln=(w["ln2_g"], w["ln2_b"], eps))
+        gemv_nt(f, mats["w_proj"], x, bias=w["b_proj"], epilogue="bias_residual", residual=x)
 
     def _decode_device(self, cache: Cache, tokens: np.ndarray):
         """One decode step for every row; returns the device logits [B, V] (argmax in self._argmax).
@@ -451,7 +409,6 @@ class CudaRunner(Runner):
             cache.argmax_host = _pinned((b,), np.int32)
         self.stream.synchronize()  # the previous step's copies have used the pinned buffers
         cache.step_host[:] = [tokens, np.arange(b), pos, pos + 1]  # ids, seq, pos, lengths
-        self._folds_prepare(b)
         with self.stream:
             if cache.graph is not None:
                 cache.graph.launch(self.stream)
@@ -484,7 +441,6 @@ class CudaRunner(Runner):
         previous step's argmax left it), its argmax written by the kernel straight into
         argmax_ring[slot] (mapped host memory: no copy after the kernels), then an event."""
         ring = cache.argmax_ring[slot]
-        self._folds_prepare(cache.batch)
         with self.stream:
             if self._screened(cache.batch) and cache.graph_chain[slot] is None:
                 # the module build, the table and workspaces (allocations, a kernel): before the step's kernels,

@@ -13,7 +13,6 @@ argument before anything is launched. Nothing here synchronizes the stream.
     gemv(x, w, bias, out)      the same as gemm for M <= GEMV_MAX_M; w float32 or bf16 bits
     gemv_nt(x, w, out, ...)    the same as gemm_nt for M <= GEMV_MAX_M, with optional bias / GELU /
                                residual epilogues and a fused input LayerNorm (the decode layout)
-    ln_fold(w, g, b, bias)     that LayerNorm folded into w's products at one token (LnFold, gemv_nt's fold)
     linear / linear_nt         pick gemv or gemm from M and the weights' dtype (linear: gemm_planes
                                where given planes)
     screen_table(w)            the LM head's int8 screen (gpt2block.screen.table's, made on the GPU)
@@ -514,48 +513,7 @@ def gemv(x, w, bias, out, *, epilogue="bias", residual=None, stream=None):
            stream)  # the k-major kernels' build alone
 
 
-@dataclass(frozen=True)
-class LnFold:
-    """A LayerNorm (g, b) folded into the one-token products with w [N, K] (ln_fold): c[n] = sum_k w[n, k] g[k]
-    and d[n] = bias[n] + sum_k w[n, k] b[k], float32 [N] (float64 sums of w as stored, rounded once);
-    ``key`` names the arrays they were made from (gemv_nt checks it)."""
-
-    c: object
-    d: object
-    key: tuple
-
-
-def _fold_key(w, g, b, bias) -> tuple:
-    return tuple(None if a is None else (a.data.ptr, a.shape, a.dtype.str) for a in (w, g, b, bias))
-
-
-def ln_fold(w, g, b, bias=None, *, stream=None) -> LnFold:
-    """The LayerNorm (g, b) folded into the one-token products with w [N, K] (float32, or bf16 bits as
-    gemv_nt reads them) and the optional bias [N], for gemv_nt(..., ln=(g, b, eps), fold=...):
-        LN(x) . w_n + bias_n = rstd (sum_k w_nk g_k x_k - mean c_n) + d_n   (kernels/gemv.cu, FOLD).
-    One kernel (gemv_*_ln_fold_sums, in the one-token GEMV build) on ``stream``; the result holds while
-    w, g, b and bias keep their values."""
-    _check_weights(w, "w", "[N, K]")
-    n, k = w.shape
-    for name, arr in (("ln gain", g), ("ln bias", b)):
-        _check_array(arr, name, 1)
-        _check_shape(arr, name, (k,))
-    if bias is not None:
-        _check_array(bias, "bias", 1)
-        _check_shape(bias, "bias", (n,))
-    bf16 = w.dtype != np.float32
-    with stream if stream is not None else contextlib.nullcontext():
-        c = cp.empty(n, cp.float32)
-        d = cp.empty(n, cp.float32)
-    defines = _gemv_nt_defines(n, k, 1, bf16) + (("GEMV_BUILD_MP", 1),)  # the build the products use
-    args = (w, g, b, _NULL if bias is None else bias, c, d, _i32(n, "N"), _i32(k, "K"))
-    launch(kernel("gemv", f"gemv_{'bf16' if bf16 else 'f32'}_ln_fold_sums", defines), (_cdiv(n, 8), 1, 1),
-           (256, 1, 1), args, 0, stream)
-    return LnFold(c, d, _fold_key(w, g, b, bias))
-
-
-def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=None, argmax=None, fold=None,
-            ln_stats=None, stats_out=None, stream=None):
+def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=None, argmax=None, stream=None):
     """out[M,N] = epi(x'[M,K] @ w[N,K]^T (+ bias[N])) for M <= GEMV_MAX_M; w float32 or bf16 bits
     holding W transposed (one contiguous row per output); K a multiple of 4 (float32) or 8 (bf16).
 
@@ -572,16 +530,6 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     w, bias and the LayerNorm's g and b before the kernels ahead of it on the stream have finished,
     so those must not be written by any kernel that may still be running (they are weights); x,
     residual and kv are read after they finish.
-
-    ``fold`` (an LnFold from ln_fold(w, g, b, bias) on this call's arrays; with ln, epilogue "bias" or
-    "bias_gelu" and M = 1): the LayerNorm folded into the products (the _lnfold builds: the products
-    start when x lands, the row's statistics come beside them; the batch-1 decode step's ln_1 + QKV and
-    ln_2 + FC). Rows whose mean is far from zero take the unfolded path inside the same kernel.
-
-    ``stats_out`` (float64, at least 2 x gemv_nt_row_groups(N, K, bf16) elements; epilogue "bias_residual"
-    and M = 1): also each row group's float64 sum and sum of squares of the rows it stores (the residual
-    stream after a projection), for the next folded LayerNorm. ``ln_stats = (pairs, n)`` (with fold): the
-    row's statistics from those n pairs (written by the kernel before), not from x (kernels/gemv.cu, STATS).
 
     ``argmax = (ids, advance, host_out)`` (with ln, no epilogue and M = 1: ln_f + the LM head of a
     batch-1 decode step): also ids[0] = the first index of the largest output, as
@@ -638,60 +586,22 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
         _check_out(v_cache, "v_cache", inputs)
         caches = {"k_cache": k_cache, "v_cache": v_cache}
         kv_args = (seq, pos, k_cache, v_cache, np.int64(batch_stride))
-    folds = {}
-    if fold is not None:
-        if not isinstance(fold, LnFold):
-            raise ValueError(f"fold must be an LnFold (cuda_linear.ln_fold); got {type(fold).__name__}")
-        if ln is None or epilogue not in ("bias", "bias_gelu"):
-            raise ValueError("fold needs ln and epilogue 'bias' or 'bias_gelu' (ln_1 + QKV, ln_2 + FC)")
-        if m != 1:
-            raise ValueError(f"fold is for one token (M = 1); got M = {m}")
-        if fold.key != _fold_key(w, g, b, bias):
-            raise ValueError("fold was made for other arrays: it must come from ln_fold(w, ln gain, ln bias, bias) "
-                             "on this call's arrays")
-        folds = {"fold c": fold.c, "fold d": fold.d}
-    stats_args = ()
-    bf16 = w.dtype != np.float32
-    if stats_out is not None:
-        if epilogue != "bias_residual" or m != 1:
-            raise ValueError("stats_out is written by the one-token residual projection (epilogue 'bias_residual', M = 1)")
-        _check_array(stats_out, "stats_out", 1, (np.float64,))
-        if stats_out.size < 2 * gemv_nt_row_groups(n, k, bf16):
-            raise ValueError(f"stats_out must hold 2 x {gemv_nt_row_groups(n, k, bf16)} float64; got {stats_out.size}")
-        folds = {"stats_out": stats_out}
-        stats_args = (stats_out,)
-    if ln_stats is not None:
-        if fold is None:
-            raise ValueError("ln_stats needs fold (the folded LayerNorm takes its statistics from them)")
-        pairs, n_pairs = ln_stats
-        _check_array(pairs, "ln_stats", 1, (np.float64,))
-        limit = _GEMV_NT_THREADS * _stats_per_thread(k, bf16)
-        if not 1 <= int(n_pairs) <= min(limit, pairs.size // 2):
-            raise ValueError(f"ln_stats holds {pairs.size // 2} pairs and the build reads at most {limit}; "
-                             f"got n = {n_pairs}")
-        folds = {**folds, "ln_stats": pairs}
-        stats_args = (pairs, np.int32(n_pairs))
-    elif fold is not None:
-        stats_args = (_NULL, np.int32(0))
-    _check_out(out, "out", {"x": x, "w": w, "bias": bias, "ln gain": g, "ln bias": b, **caches, **folds}, residual)
+    _check_out(out, "out", {"x": x, "w": w, "bias": bias, "ln gain": g, "ln bias": b, **caches}, residual)
     if argmax is not None and (ln is None or epilogue is not None):
         raise ValueError("argmax needs ln and no epilogue (ln_f + the LM head)")
     if argmax is not None and m != 1:
         raise ValueError(f"argmax is taken by the one-token build only (M = 1); got M = {m}")
 
     mp = _gemv_nt_tokens(m)  # the kernel build: 1, 2, 4 or 8 tokens
-    name = (f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_nt"
-            + ("_lnfold" if fold is not None else "_ln" if ln is not None else "")
+    name = (f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_nt" + ("_ln" if ln is not None else "")
             + (f"_{epilogue}" if epilogue else "") + ("_kv" if kv is not None else "")
-            + ("_stats" if stats_out is not None else "") + f"_m{mp}")
+            + f"_m{mp}")
     defines = _gemv_nt_defines(n, k, mp, w.dtype != np.float32)
     wpr, grid = gemv_nt_plan(n, k, cpt, mp, w.dtype != np.float32, ln is not None and epilogue is None,
                              defines=defines)
     args = (x, w, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _NULL if g is None else g, _NULL if b is None else b,
-            _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps), np.int32(wpr))
-    args += (fold.c, fold.d) if fold is not None else ()
-    args += stats_args + kv_args
+            _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps), np.int32(wpr)) + kv_args
     if ln is not None and epilogue is None:  # the LM head's build: its argmax, or NULLs for none
         args += _gemv_argmax_args(argmax, m, grid, stream)
     # the normalized rows, then g and b (gemv_ln_rows)
@@ -745,22 +655,7 @@ def _gemv_nt_defines(n: int, k: int, mp: int, bf16: bool) -> tuple:
         blocks = GEMV_NT_M1_F32_BLOCKS_BY_WIDTH.get(width)
         extra = () if blocks is None else (("GEMV_NT_MIN_BLOCKS_M1_F32", blocks),)
     given = dict(NT_DEFINES)
-    out = NT_DEFINES + tuple(kv for kv in extra if kv[0] not in given)
-    if "GEMV_STATS_PER_THREAD" not in given:  # the folded LayerNorm's pairs a thread: the width's row groups
-        rows = _gemv_nt_build(1, bf16, False, out)[0]
-        out += (("GEMV_STATS_PER_THREAD", -(-(-(-width // rows)) // _GEMV_NT_THREADS)),)
-    return out
-
-
-def gemv_nt_row_groups(n: int, k: int, bf16: bool) -> int:
-    """The row groups of a one-token nt GEMV of [n, k] (ceil(n / rows per warp)): the (sum, sum of squares)
-    pairs its STATS build writes."""
-    return -(-n // _gemv_nt_build(1, bf16, False, _gemv_nt_defines(n, k, 1, bf16))[0])
-
-
-def _stats_per_thread(k: int, bf16: bool) -> int:
-    """GEMV_STATS_PER_THREAD of the one-token build of width k (a LayerNorm GEMV's K is the width)."""
-    return dict(_gemv_nt_defines(k, k, 1, bf16))["GEMV_STATS_PER_THREAD"]
+    return NT_DEFINES + tuple(kv for kv in extra if kv[0] not in given)
 
 
 def _gemv_nt_build(mp: int, bf16: bool, lm_head: bool, defines: tuple | None = None) -> tuple[int, int]:

@@ -28,8 +28,7 @@ def _load_checks():
 def _case_id(c: dict) -> str:
     head = c.get("variant", c.get("wdtype"))
     epi = c.get("epilogue", "bias")
-    what = ("nt" + ("-lnfold" if c.get("fold") else "-ln" if c.get("ln") else "") + (f"-{epi}" if epi else "")
-            if c.get("nt") else epi)
+    what = ("nt" + ("-ln" if c.get("ln") else "") + (f"-{epi}" if epi else "")) if c.get("nt") else epi
     tail = ("".join(f"-{k}{c[k]}" for k in ("offset", "ln_mean") if c.get(k)) + ("-inplace" if c.get("inplace") else "")
             + ("-planes" if c.get("planes") else ""))
     return f"{head}-{what}-M{c['m']}-K{c['k']}-N{c['n']}{tail}"
@@ -107,21 +106,6 @@ def _gemv_cases() -> list:
             # K split across warps with a partial last row group (wpr > 1, N not a multiple of the rows)
             dict(wdtype=wdtype, m=8, k=2048, n=100, nt=True, epilogue="bias_residual"),
             dict(wdtype=wdtype, m=1, k=2048, n=100, nt=True, epilogue="bias_residual"),
-        ]
-        # one token with the LayerNorm folded into the products (gemv_*_nt_lnfold_*, the batch-1 decode step):
-        # every GPT-2 width's QKV and FC, a row mean near zero (folded) and far from it (the staged fall-back);
-        # K split across warps with partial row groups; many row groups per warp (the statistics known early)
-        for d in (768, 1024, 1280, 1600):
-            for ln_mean in (0.0, 5.0):
-                cases += [dict(wdtype=wdtype, m=1, k=d, n=3 * d, nt=True, epilogue="bias", ln=True, fold=True,
-                               ln_mean=ln_mean),
-                          dict(wdtype=wdtype, m=1, k=d, n=4 * d, nt=True, epilogue="bias_gelu", ln=True, fold=True,
-                               ln_mean=ln_mean)]
-        cases += [
-            dict(wdtype=wdtype, m=1, k=104, n=37, nt=True, epilogue="bias_gelu", ln=True, fold=True, ln_mean=0.0),
-            dict(wdtype=wdtype, m=1, k=2048, n=100, nt=True, epilogue="bias", ln=True, fold=True, ln_mean=0.0),
-            dict(wdtype=wdtype, m=1, k=768, n=50257, nt=True, epilogue="bias", ln=True, fold=True, ln_mean=0.0),
-            dict(wdtype=wdtype, m=1, k=1600, n=50257, nt=True, epilogue="bias_gelu", ln=True, fold=True, ln_mean=3000.0),
         ]
     return cases
 
@@ -420,118 +404,6 @@ def test_gemv_nt_kv_store(checks, wdtype, m, d):
     assert np.isnan(host).all(), "the kv store wrote outside its rows"
 
 
-def _fold_inputs(cp, L, wdtype: str, d: int, n: int, mean: float = 0.0):
-    rng = cp.random.default_rng()
-    x = rng.standard_normal((1, d), dtype=cp.float32) + cp.float32(mean)
-    w = rng.standard_normal((n, d), dtype=cp.float32) * 0.02
-    if wdtype == "bf16":
-        w = L.to_bf16_bits(w)
-    bias = rng.standard_normal(n, dtype=cp.float32) * 0.02
-    g = rng.uniform(0.8, 1.2, d, dtype=cp.float32)
-    b = rng.standard_normal(d, dtype=cp.float32) * 0.1
-    return x, w, bias, g, b
-
-
-@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
-@pytest.mark.parametrize("d,n", [(768, 2304), (1600, 6400), (104, 37)])
-def test_ln_fold_constants(checks, wdtype, d, n):
-    """ln_fold's c and d against float64 sums of the weights as stored (no bias: d = sum_k w b)."""
-    import cupy as cp
-    import numpy as np
-
-    L = checks.L
-    _, w, bias, g, b = _fold_inputs(cp, L, wdtype, d, n)
-    w64 = cp.asnumpy(w if wdtype == "f32" else L.from_bf16_bits(w)).astype(np.float64)
-    g64, b64, bias64 = (cp.asnumpy(a).astype(np.float64) for a in (g, b, bias))
-    for with_bias in (True, False):
-        f = L.ln_fold(w, g, b, bias if with_bias else None)
-        np.testing.assert_allclose(cp.asnumpy(f.c), w64 @ g64, rtol=1e-6, atol=1e-7)
-        np.testing.assert_allclose(cp.asnumpy(f.d), w64 @ b64 + (bias64 if with_bias else 0.0), rtol=1e-6, atol=1e-7)
-
-
-@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
-@pytest.mark.parametrize("d,n,epilogue", [(768, 2304, "bias"), (768, 3072, "bias_gelu"), (1600, 4800, "bias"),
-                                          (104, 37, "bias_gelu")])
-def test_gemv_nt_fold_far_rows_match_the_staged_kernel(checks, wdtype, d, n, epilogue):
-    """Rows the fold may not take (mean far from zero against the spread, a constant row, NaN, inf) go the
-    staged way inside the fold's kernel: the _ln kernel's bits exactly, on poisoned outputs."""
-    import cupy as cp
-
-    L = checks.L
-    x, w, bias, g, b = _fold_inputs(cp, L, wdtype, d, n)
-    fold = L.ln_fold(w, g, b, bias)
-    rows = [x + cp.float32(5.0), x * cp.float32(1e-3) + cp.float32(-40.0), cp.full((1, d), 3.0, cp.float32), x.copy(),
-            x.copy()]
-    rows[3][0, d // 2] = cp.nan
-    rows[4][0, 1] = cp.inf
-    for row in rows:
-        got, want = (cp.full((1, n), cp.nan, cp.float32) for _ in range(2))
-        got.view(cp.uint32)[:] = 0x7FC00001  # a NaN the kernels never make
-        L.gemv_nt(row, w, got, bias=bias, epilogue=epilogue, ln=(g, b, 1e-5), fold=fold)
-        L.gemv_nt(row, w, want, bias=bias, epilogue=epilogue, ln=(g, b, 1e-5))
-        assert cp.array_equal(got.view(cp.uint32), want.view(cp.uint32))
-
-
-@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
-@pytest.mark.parametrize("d", [768, 1024, 1600])
-def test_gemv_nt_fold_kv_store(checks, wdtype, d):
-    """The folded ln_1 + QKV with the K / V store: out bit-equal to the folded kernel without the store (and
-    close to the staged one), its K and V at (seq, pos), nothing else of the poisoned cache touched."""
-    import cupy as cp
-    import numpy as np
-
-    L = checks.L
-    n_ctx, batch = 40, 3
-    x, w, bias, g, b = _fold_inputs(cp, L, wdtype, d, 3 * d)
-    fold = L.ln_fold(w, g, b, bias)
-    kv = cp.full((batch, 2, n_ctx, d), cp.nan, cp.float32)
-    seq = cp.asarray([2], cp.int32)
-    pos = cp.asarray([int(np.random.default_rng().integers(0, n_ctx))], cp.int32)
-    got, want, staged = (cp.full((1, 3 * d), cp.nan, cp.float32) for _ in range(3))
-    L.gemv_nt(x, w, got, bias=bias, epilogue="bias", ln=(g, b, 1e-5), kv=(seq, pos, kv[0, 0], kv[0, 1], 2 * n_ctx * d),
-              fold=fold)
-    L.gemv_nt(x, w, want, bias=bias, epilogue="bias", ln=(g, b, 1e-5), fold=fold)
-    L.gemv_nt(x, w, staged, bias=bias, epilogue="bias", ln=(g, b, 1e-5))
-    assert cp.array_equal(got.view(cp.uint32), want.view(cp.uint32))
-    assert float(cp.abs(got - staged).max()) < 1e-4 * float(cp.abs(staged).max())
-    host, out, p = cp.asnumpy(kv), cp.asnumpy(got), int(pos[0])
-    np.testing.assert_array_equal(host[2, 0, p], out[0, d:2 * d])
-    np.testing.assert_array_equal(host[2, 1, p], out[0, 2 * d:])
-    host[2, :, p] = np.nan
-    assert np.isnan(host).all(), "the kv store wrote outside its row"
-
-
-def test_gemv_nt_fold_bad_arguments(checks):
-    import cupy as cp
-
-    L = checks.L
-    x = cp.zeros((2, 64), cp.float32)
-    w = cp.zeros((192, 64), cp.float32)
-    bias = cp.zeros(192, cp.float32)
-    g, b = cp.ones(64, cp.float32), cp.zeros(64, cp.float32)
-    ln = (g, b, 1e-5)
-    out = cp.zeros((2, 192), cp.float32)
-    fold = L.ln_fold(w, g, b, bias)
-    with pytest.raises(ValueError, match="fold must be an LnFold"):
-        L.gemv_nt(x[:1], w, out[:1], bias=bias, epilogue="bias", ln=ln, fold=(fold.c, fold.d))
-    with pytest.raises(ValueError, match="fold needs ln and epilogue 'bias' or 'bias_gelu'"):
-        L.gemv_nt(x[:1], w, out[:1], bias=bias, epilogue="bias", fold=fold)
-    with pytest.raises(ValueError, match="fold needs ln and epilogue 'bias' or 'bias_gelu'"):
-        L.gemv_nt(x[:1], w, out[:1], ln=ln, fold=fold)
-    with pytest.raises(ValueError, match="fold is for one token"):
-        L.gemv_nt(x, w, out, bias=bias, epilogue="bias", ln=ln, fold=fold)
-    with pytest.raises(ValueError, match="fold was made for other arrays"):
-        L.gemv_nt(x[:1], w, out[:1], bias=bias, epilogue="bias", ln=(g.copy(), b, 1e-5), fold=fold)
-    with pytest.raises(ValueError, match="fold was made for other arrays"):
-        L.gemv_nt(x[:1], w, out[:1], bias=bias.copy(), epilogue="bias", ln=ln, fold=fold)
-    with pytest.raises(ValueError, match="out overlaps fold c"):
-        L.gemv_nt(x[:1], w, fold.c.reshape(1, 192), bias=bias, epilogue="bias", ln=ln, fold=fold)
-    with pytest.raises(ValueError, match="ln gain must have shape"):
-        L.ln_fold(w, g[:32], b, bias)
-    with pytest.raises(ValueError, match="bias must have shape"):
-        L.ln_fold(w, g, b, bias[:10])
-
-
 def test_gemv_nt_kv_bad_arguments(checks):
     import cupy as cp
 
@@ -646,85 +518,3 @@ def test_lm_head_argmax_bad_arguments(checks):
         L.gemv_nt(x1, w, out1, ln=ln, argmax=(ids1, cp.zeros((4, 3), cp.int32), None))
     with pytest.raises(ValueError, match="argmax host_out must be"):
         L.gemv_nt(x1, w, out1, ln=ln, argmax=(ids1, None, cp.zeros(1, cp.int32)))
-
-
-@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
-@pytest.mark.parametrize("d,k", [(768, 768), (768, 3072), (1024, 4096), (1600, 1600), (104, 416)])
-def test_gemv_nt_projection_stats(checks, wdtype, d, k):
-    """The one-token residual projection with stats_out (LN_STATS): its output bit-equal to the plain
-    projection's, and each row group's (sum, sum of squares) pair equal to float64 sums of the stored rows
-    (on a poisoned buffer: every pair written)."""
-    import cupy as cp
-    import numpy as np
-
-    L = checks.L
-    rng = cp.random.default_rng()
-    a = rng.standard_normal((1, k), dtype=cp.float32)
-    w = rng.standard_normal((d, k), dtype=cp.float32) * 0.02
-    if wdtype == "bf16":
-        w = L.to_bf16_bits(w)
-    bias = rng.standard_normal(d, dtype=cp.float32) * 0.02
-    x0 = rng.standard_normal((1, d), dtype=cp.float32) + cp.float32(3.0)
-    groups = L.gemv_nt_row_groups(d, k, wdtype == "bf16")
-    want, got = x0.copy(), x0.copy()
-    L.gemv_nt(a, w, want, bias=bias, epilogue="bias_residual", residual=want)
-    pairs = cp.full(2 * groups + 6, cp.nan, cp.float64)
-    L.gemv_nt(a, w, got, bias=bias, epilogue="bias_residual", residual=got, stats_out=pairs)
-    assert cp.asnumpy(got).tobytes() == cp.asnumpy(want).tobytes()
-    rows = -(-d // groups)
-    y = cp.asnumpy(got)[0].astype(np.float64)
-    p = cp.asnumpy(pairs)
-    for gi in range(groups):
-        seg = y[gi * rows:(gi + 1) * rows]
-        np.testing.assert_allclose(p[2 * gi], seg.sum(), rtol=1e-14, atol=1e-12 * np.abs(seg).sum())
-        np.testing.assert_allclose(p[2 * gi + 1], (seg * seg).sum(), rtol=1e-14)
-    assert np.isnan(p[2 * groups:]).all(), "stats_out written past its row groups"
-
-
-@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
-@pytest.mark.parametrize("d,n,epilogue", [(768, 2304, "bias"), (768, 3072, "bias_gelu"), (1024, 4096, "bias_gelu"),
-                                          (1600, 4800, "bias")])
-@pytest.mark.parametrize("mean", [0.0, 40.0])
-def test_gemv_nt_fold_from_stats(checks, wdtype, d, n, epilogue, mean):
-    """The folded LayerNorm with its statistics from a projection's pairs (ln_stats) against the fold that
-    forms them from x: the same within float32 rounding; where the row is far from zero (mean 40) the staged
-    kernel's result (the same normalization, its statistics' float64 sums added in another order); the pairs
-    written by a real projection (stats_out) of the same x."""
-    import cupy as cp
-    import numpy as np
-
-    L = checks.L
-    rng = cp.random.default_rng()
-    x, w, bias, g, b = _fold_inputs(cp, L, wdtype, d, n, mean)
-    fold = L.ln_fold(w, g, b, bias)
-    # x as the residual projection's output: a zero product plus x as the residual, the pairs beside it
-    k = d
-    wp = cp.zeros((d, k), cp.float32 if wdtype == "f32" else cp.uint16)
-    groups = L.gemv_nt_row_groups(d, k, wdtype == "bf16")
-    pairs = cp.full(2 * groups, cp.nan, cp.float64)
-    xr = x.copy()
-    L.gemv_nt(rng.standard_normal((1, k), dtype=cp.float32), wp, xr, bias=cp.zeros(d, cp.float32),
-              epilogue="bias_residual", residual=xr, stats_out=pairs)
-    assert cp.asnumpy(xr).tobytes() == cp.asnumpy(x).tobytes()
-    ln = (g, b, 1e-5)
-    from_x = cp.full((1, n), cp.nan, cp.float32)
-    from_pairs = cp.full((1, n), cp.nan, cp.float32)
-    staged = cp.full((1, n), cp.nan, cp.float32)
-    L.gemv_nt(x, w, from_x, bias=bias, epilogue=epilogue, ln=ln, fold=fold)
-    L.gemv_nt(x, w, from_pairs, bias=bias, epilogue=epilogue, ln=ln, fold=fold, ln_stats=(pairs, groups))
-    L.gemv_nt(x, w, staged, bias=bias, epilogue=epilogue, ln=ln)
-    a, c, s = (cp.asnumpy(v) for v in (from_x, from_pairs, staged))
-    assert np.isfinite(c).all()
-    if mean:  # the staged path inside the fold's kernel
-        np.testing.assert_allclose(c, s, rtol=2e-6, atol=1e-6 * float(np.abs(s).max()))
-    else:
-        np.testing.assert_allclose(c, a, rtol=0, atol=1e-5 * float(np.abs(a).max()))
-    with pytest.raises(ValueError, match="ln_stats holds"):
-        L.gemv_nt(x, w, from_pairs, bias=bias, epilogue=epilogue, ln=ln, fold=fold, ln_stats=(pairs, groups + 1))
-    with pytest.raises(ValueError, match="ln_stats needs fold"):
-        L.gemv_nt(x, w, from_pairs, bias=bias, epilogue=epilogue, ln=ln, ln_stats=(pairs, groups))
-    with pytest.raises(ValueError, match="stats_out is written by the one-token residual projection"):
-        L.gemv_nt(x, w, from_pairs, bias=bias, epilogue=epilogue, ln=ln, stats_out=pairs)
-    with pytest.raises(ValueError, match="stats_out must be float64"):
-        L.gemv_nt(x, wp, xr, bias=cp.zeros(d, cp.float32), epilogue="bias_residual", residual=xr,
-                  stats_out=pairs.astype(cp.float32))

@@ -2,7 +2,8 @@
 batch-1 step's ln_1 and ln_2 staged (FOLD_LN off, the kept path), folded with their statistics formed from x
 (version 30's second fold, LN_STATS off), and folded with the statistics from the pairs the projection before
 writes (LN_STATS on). gpt2 bf16 b1 (three rounds), gpt2 fp32 b1 (two), gpt2-medium bf16 b1 (one). Then the
-CUDA profiler's timeline of a bf16 b1 step, staged and with the pairs."""
+CUDA profiler's timeline of a bf16 b1 step, staged and with the pairs. Ran on commit a75726f (visit 10); the
+change was dropped, so rerunning it needs ln_stats_dropped.patch (beside this script) applied to the final code."""
 import sys
 from pathlib import Path
 
