@@ -677,16 +677,22 @@ def gemv_nt_plan(n: int, k: int, cpt: int, mp: int = 1, bf16: bool = False, lm_h
     """(wpr, grid) of an nt GEMV build (mp tokens, bf16 weights or not, the LM head's or not; its
     defines, by default _gemv_nt_defines'): the warps per row group (they split K) and the blocks.
     The fewest warps per row group that still give every SM two blocks, while each warp keeps at
-    least one 16-byte chunk per lane of K; blocks beyond what stays resident loop."""
+    least one 16-byte chunk per lane of K; at one token, while the grid has fewer blocks than SMs, also
+    where each warp keeps only half a chunk per lane (lanes 24-31 of gpt2's bf16 attention projection,
+    768 x 768: 96 blocks, not 48, +3.7% at bf16 b1, docs/PERFORMANCE.md version 31). Blocks beyond what
+    stays resident loop."""
     sms = sm_count() if sms is None else sms
     rows, per_sm = _gemv_nt_build(mp, bf16, lm_head, _gemv_nt_defines(n, k, mp, bf16) if defines is None else defines)
     warps = _GEMV_NT_THREADS // 32
+
+    def blocks(w: int) -> int:
+        return -(-n // (rows * warps // w))
+
     wpr = 1
-    while (wpr < warps and -(-n // (rows * warps // wpr)) < 2 * sms
-           and k // (2 * wpr) >= 32 * cpt):
+    while wpr < warps and blocks(wpr) < 2 * sms and (
+            k // (2 * wpr) >= 32 * cpt or (mp == 1 and blocks(wpr) < sms and k // (2 * wpr) >= 16 * cpt)):
         wpr *= 2
-    blocks = -(-n // (rows * warps // wpr))
-    return wpr, min(blocks, per_sm * sms)
+    return wpr, min(blocks(wpr), per_sm * sms)
 
 
 # ---------------------------------------------------------------------------------------------

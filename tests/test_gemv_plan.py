@@ -1,0 +1,55 @@
+"""cuda_linear.gemv_nt_plan, the one-token and batched nt GEMVs' grids (warps per row group, blocks) on a
+132-SM device, for every GPT-2 width's decode products: as measured best (docs/PERFORMANCE.md). Run in a
+subprocess with CuPy stubbed out (CI has none; the plan is host arithmetic)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_SNIPPET = r"""
+import json, sys
+from unittest import mock
+sys.modules["cupy"] = mock.MagicMock()
+sys.path.insert(0, sys.argv[1])
+from gpt2block.backends import cuda_linear as L
+plans = {}
+for d in (768, 1024, 1280, 1600):
+    for bf16 in (False, True):
+        for mp in (1, 2, 8):
+            for name, (n, k) in {"qkv": (3 * d, d), "attn": (d, d), "fc": (4 * d, d), "proj": (d, 4 * d)}.items():
+                plans[f"{d} {'bf16' if bf16 else 'f32'} m{mp} {name}"] = L.gemv_nt_plan(n, k, 8 if bf16 else 4, mp,
+                                                                                        bf16, sms=132)
+print(json.dumps(plans))
+"""
+
+
+def _plans() -> dict:
+    out = subprocess.run([sys.executable, "-c", _SNIPPET, str(ROOT)], capture_output=True, text=True, check=True)
+    return {k: tuple(v) for k, v in json.loads(out.stdout).items()}
+
+
+def test_gpt2_one_token_plans():
+    p = _plans()
+    # bf16 at one token: the attention projection at 4 warps a row group (96 blocks; the two-blocks-a-SM rule with
+    # a whole chunk per lane gave 2 and 48: version 31 measured 4 +3.7%, 8 +2%); the others as before
+    assert p["768 bf16 m1 attn"] == (4, 96)
+    assert p["768 bf16 m1 qkv"] == (2, 144)
+    assert p["768 bf16 m1 fc"] == (2, 192)
+    assert p["768 bf16 m1 proj"] == (8, 192)
+    assert p["768 f32 m1 attn"] == (4, 192)
+
+
+def test_half_chunk_rule_only_below_one_block_a_sm():
+    """Lanes without a piece of K are allowed only at one token and only while the grid is smaller than the
+    SMs: every plan of a batched build, and every one-token plan with a grid of at least 132 blocks before it,
+    keeps a whole 16-byte chunk per lane (K / wpr >= 32 chunks of 4 float32 or 8 bf16 weights)."""
+    for key, (wpr, grid) in _plans().items():
+        d, prec, mp, name = key.split()
+        k = 4 * int(d) if name == "proj" else int(d)
+        cpt = 8 if prec == "bf16" else 4
+        if key != "768 bf16 m1 attn":
+            assert k // wpr >= 32 * cpt, f"{key}: wpr {wpr} leaves lanes without a chunk"
+        assert 1 <= wpr <= 8 and 1 <= grid
