@@ -518,3 +518,41 @@ def test_lm_head_argmax_bad_arguments(checks):
         L.gemv_nt(x1, w, out1, ln=ln, argmax=(ids1, cp.zeros((4, 3), cp.int32), None))
     with pytest.raises(ValueError, match="argmax host_out must be"):
         L.gemv_nt(x1, w, out1, ln=ln, argmax=(ids1, None, cp.zeros(1, cp.int32)))
+
+
+@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
+@pytest.mark.parametrize("epilogue,d,n", [("bias", 768, 2304), ("bias_gelu", 768, 3072), ("kv", 1024, 3072),
+                                          ("bias_gelu", 1600, 6400), ("bias", 104, 40)])
+def test_gemv_nt_ln_inloop_bits(checks, monkeypatch, wdtype, epilogue, d, n):
+    """At one token the LayerNorm GEMVs normalize each piece of x in their product loop
+    (GEMV_LN_INLOOP_M1, the default): out bit-equal to the build that normalizes the row in shared
+    memory first (GEMV_LN_INLOOP_M1=0), on rows far from zero mean and near it; poisoned outputs."""
+    import cupy as cp
+    import numpy as np
+
+    L = checks.L
+    rng = cp.random.default_rng()
+    w = rng.standard_normal((n, d), dtype=cp.float32) * 0.02
+    if wdtype == "bf16":
+        w = L.to_bf16_bits(w)
+    bias = rng.standard_normal(n, dtype=cp.float32) * 0.02
+    g = rng.uniform(0.8, 1.2, d, dtype=cp.float32)
+    b = rng.standard_normal(d, dtype=cp.float32) * 0.1
+    for mean in (0.0, 37.5):
+        x = rng.standard_normal((1, d), dtype=cp.float32) * 2 + mean
+        outs = []
+        for inloop in (1, 0):
+            monkeypatch.setattr(L, "NT_DEFINES", (("GEMV_LN_INLOOP_M1", inloop),))
+            out = cp.full((1, n), cp.nan, cp.float32)
+            kw = {}
+            if epilogue == "kv":
+                kv = cp.full((2, 4, d), cp.nan, cp.float32)
+                kw["kv"] = (cp.asarray(np.array([0], np.int32)), cp.asarray(np.array([2], np.int32)),
+                            kv[0], kv[1], 0)
+            L.gemv_nt(x, w, out, bias=bias, epilogue="bias" if epilogue == "kv" else epilogue,
+                      ln=(g, b, 1e-5), **kw)
+            assert not cp.isnan(out).any()
+            if epilogue == "kv":
+                assert cp.array_equal(kv[0, 2], out[0, d:2 * d]) and cp.array_equal(kv[1, 2], out[0, 2 * d:])
+            outs.append(out)
+        assert cp.array_equal(outs[0].view(cp.uint32), outs[1].view(cp.uint32)), f"mean {mean}"
