@@ -412,12 +412,13 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
 #ifndef GEMV_LN_BLOCK_M1
 #define GEMV_LN_BLOCK_M1 1  // 0: one warp per row at one token as well (for measuring)
 #endif
-// gemv_ln_row_block's first half: x staged into xs and the block's statistics, which every thread
-// returns (one barrier: the warps' sums, and everyone's share of g and b, have landed). xs still holds x.
-__device__ __forceinline__ LnRow gemv_ln_row_stats(const float* __restrict__ x, float* xs, int K, float eps) {
+__device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, const float* gbs, float* xs, int K,
+                                                  float eps) {
     __shared__ double part[GEMV_NT_WARPS][2];  // each warp's sum and sum of squares
     const int tid = threadIdx.x, warp = tid >> 5, K4 = K >> 2;
     float4* xs4 = reinterpret_cast<float4*>(xs);
+    const float4* gs4 = reinterpret_cast<const float4*>(gbs);
+    const float4* bs4 = gs4 + K4;
     for (int k = tid; k < K4; k += GEMV_NT_THREADS) cp_async16(xs4 + k, reinterpret_cast<const float4*>(x) + k, 16);
     cp_async_commit();
     cp_async_wait<0>();  // this thread's pieces and its share of g and b
@@ -435,29 +436,10 @@ __device__ __forceinline__ LnRow gemv_ln_row_stats(const float* __restrict__ x, 
         s += part[w][0];
         q += part[w][1];
     }
-    return ln_row_stats(s, q, ln_inv_n(K), eps);
-}
-
-// The row normalized in place (xs = LN(x)); the second barrier: the row done.
-__device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, const float* gbs, float* xs, int K,
-                                                  float eps) {
-    const LnRow st = gemv_ln_row_stats(x, xs, K, eps);
-    const int K4 = K >> 2;
-    float4* xs4 = reinterpret_cast<float4*>(xs);
-    const float4* gs4 = reinterpret_cast<const float4*>(gbs);
-    const float4* bs4 = gs4 + K4;
-    for (int k = threadIdx.x; k < K4; k += GEMV_NT_THREADS) xs4[k] = ln_apply4(xs4[k], st, gs4[k], bs4[k]);
+    const LnRow st = ln_row_stats(s, q, ln_inv_n(K), eps);
+    for (int k = tid; k < K4; k += GEMV_NT_THREADS) xs4[k] = ln_apply4(xs4[k], st, gs4[k], bs4[k]);
     __syncthreads();
 }
-
-// One token, in gemv_nt_body: the row is not normalized in place; the product loop normalizes each piece
-// of x as it reads it (ln_apply4 on the same x, g, b and statistics: the same bits as gemv_ln_row_block's),
-// so that neither the normalization pass nor the second barrier stands between the statistics and the
-// first products. Not the LM head (gemv_*_nt_ln_m1), whose grid passes over many row groups. 0:
-// gemv_ln_row_block everywhere (for measuring).
-#ifndef GEMV_LN_INLOOP_M1
-#define GEMV_LN_INLOOP_M1 1
-#endif
 
 // The KV-cache destination of the _kv kernels: output n of row m in [D, 2D) is key n - D of
 // token m, in [2D, 3D) its value; they go to k / v + seq[m] * batch_stride + pos[m] * D as well.
@@ -617,14 +599,9 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     epi_res(first + group * ROWS);
     long long e_kv = 0;  // KV: token e_m's cache row and position, as an offset
     if (KV && e_m < M) e_kv = kv.seq[e_m] * kv.batch_stride + (long long)kv.pos[e_m] * kv.D;
-    constexpr bool LN_INLOOP = LN && MP == 1 && GEMV_LN_BLOCK_M1 && GEMV_LN_INLOOP_M1 && !Build::LM_HEAD;
-    LnRow ln_st{0.0f, 0.0f, 0.0f};  // LN_INLOOP: the row's statistics
-    const float* gbs = xs + M * K;  // LN: g [K], then b [K]
     if (LN) {  // the whole block
-        if (LN_INLOOP)
-            ln_st = gemv_ln_row_stats(x, xs, K, eps);
-        else if (MP == 1 && GEMV_LN_BLOCK_M1)
-            gemv_ln_row_block(x, gbs, xs, K, eps);
+        if (MP == 1 && GEMV_LN_BLOCK_M1)
+            gemv_ln_row_block(x, xs + K, xs, K, eps);
         else
             gemv_ln_rows(x, xs + M * K, xs, M, K, eps);
     }
@@ -659,15 +636,9 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
                     for (int m = 0; m < MB; ++m) {
                         const float* xm = (LN ? xs : x) + (long long)min(m0 + m, M - 1) * K + k;
 #pragma unroll
-                        for (int c = 0; c < CPT; c += 4) {
-                            if (LN_INLOOP)
-                                q[m][c / 4] = ln_apply4(*reinterpret_cast<const float4*>(xm + c), ln_st,
-                                                        *reinterpret_cast<const float4*>(gbs + k + c),
-                                                        *reinterpret_cast<const float4*>(gbs + K + k + c));
-                            else
-                                q[m][c / 4] = LN ? *reinterpret_cast<const float4*>(xm + c)
-                                                 : __ldg(reinterpret_cast<const float4*>(xm + c));
-                        }
+                        for (int c = 0; c < CPT; c += 4)
+                            q[m][c / 4] = LN ? *reinterpret_cast<const float4*>(xm + c)
+                                             : __ldg(reinterpret_cast<const float4*>(xm + c));
                     }
 #pragma unroll
                     for (int m = 0; m < MB; ++m)
