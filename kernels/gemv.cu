@@ -519,10 +519,6 @@ __device__ __forceinline__ void gemv_argmax_finish(const GemvArgmax am, float be
 #ifndef GEMV_M1_HALVE
 #define GEMV_M1_HALVE 1  // 0: one warp_sum per row (for measuring)
 #endif
-// GEMV_LATE_TRIGGER 1 (a probe): the nt kernels let the next kernel launch only after their own wait.
-#ifndef GEMV_LATE_TRIGGER
-#define GEMV_LATE_TRIGGER 0
-#endif
 template <bool BF16, int EPI, bool LN, bool KV, int MP, bool ARGMAX = false>
 __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const typename GemvW<BF16>::T* __restrict__ w,
                                              const float* __restrict__ bias, const float* R, float* y,
@@ -593,14 +589,13 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             e_res = R[(long long)e_m * N + n0 + e_r];
     };
 
-    if (!GEMV_LATE_TRIGGER) pdl_trigger();
+    pdl_trigger();
     const int first = blockIdx.x * rows_blk;
     set_rows(first + group * ROWS);
     load_batch(k_lo + lane * CPT);  // weights only: before the wait
     epi_bias(first + group * ROWS);
     if (LN) gemv_ln_stage_gb(ln_g, ln_b, xs + M * K, K);
     pdl_wait();
-    if (GEMV_LATE_TRIGGER) pdl_trigger();
     epi_res(first + group * ROWS);
     long long e_kv = 0;  // KV: token e_m's cache row and position, as an offset
     if (KV && e_m < M) e_kv = kv.seq[e_m] * kv.batch_stride + (long long)kv.pos[e_m] * kv.D;

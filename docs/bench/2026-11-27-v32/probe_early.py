@@ -8,7 +8,8 @@ wait): so that QKV may launch, and load its weights, while the step before is st
 attention_decode_f32 (which reads lengths and older keys before its wait) still launches only once the
 step before has finished. Per mode and K steps a graph: us a step over 96 steps with graphs replayed back
 to back (GPU time; no host wait), three rounds; and first, 8 steps from one start in each mode against
-8 plain steps: the KV cache's rows and the step's ints bit for bit."""
+8 plain steps: the KV cache's rows and the step's ints bit for bit. GEMV_LATE_TRIGGER is in
+late_trigger_dropped.patch (beside this script; apply it with git apply first): measured no faster, dropped."""
 import sys
 import time
 from pathlib import Path
