@@ -2,7 +2,8 @@
 copy engine (cuda_linear.GEMV_W_BULK True: one cp.async.bulk a block before the wait) against the warps'
 register loads (False, version 31's path); the same kernels and bits. gpt2 bf16 and fp32 b1 three rounds;
 gpt2 fp32 b8 (the m8 build, unchanged: a control), gpt2-medium bf16 b1 and gpt2-xl fp32 b1 once each; then
-the GPU's timeline of gpt2 bf16 b1 under each."""
+the GPU's timeline of gpt2 bf16 b1 under each.
+GEMV_W_BULK is in bulk_dropped.patch (git apply late_trigger_dropped.patch, then it): measured slower, dropped."""
 import sys
 from pathlib import Path
 

@@ -3,7 +3,9 @@ taken. Three modes in one process, decode_rate.rate, tok/s, gpt2 b1 bf16 and fp3
   no-bulk build   NT_DEFINES GEMV_W_BULK=0: the kernels without the path (version 31's code);
   bulk build off  the build with the path, cuda_linear.GEMV_W_BULK False (no room given: registers);
   bulk build on   the path taken.
-Then the GPU's timeline of gpt2 bf16 b1 in the first and the third."""
+Then the GPU's timeline of gpt2 bf16 b1 in the first and the third.
+The path is in bulk_dropped.patch (git apply late_trigger_dropped.patch, then it; visit 7) or bulk_cta_dropped.patch
+(alone; visit 9): both measured slower, dropped."""
 import sys
 from pathlib import Path
 

@@ -2,7 +2,8 @@
 normalizing each piece of x in their product loop (GEMV_LN_INLOOP_M1=1, no normalization pass and no second
 block barrier) against the row normalized in shared memory first (=0, version 31's path); the same bits.
 gpt2 bf16 and fp32 b1 three rounds; gpt2 fp32 b8 (the m8 build, unchanged: a control), gpt2-medium bf16 b1
-and gpt2-xl fp32 b1 once; then the GPU's timeline of gpt2 bf16 b1 under each."""
+and gpt2-xl fp32 b1 once; then the GPU's timeline of gpt2 bf16 b1 under each.
+GEMV_LN_INLOOP_M1 is in ln_inloop_dropped.patch (beside this script; git apply it first): measured slower, dropped."""
 import sys
 from pathlib import Path
 
