@@ -232,7 +232,12 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 // Programmatic dependent launch (common.cuh): the first batch of weights, the epilogue's bias and
 // LayerNorm's g and b are loaded before pdl_wait(); x, R, the KV slots and y are touched after it.
 
-#define GEMV_NT_THREADS 256
+#ifndef GEMV_NT_THREADS
+#define GEMV_NT_THREADS 256  // threads a block of the nt kernels; 128 for some one-token bf16 products (cuda_linear)
+#endif
+#if GEMV_NT_THREADS != 256 && GEMV_NT_THREADS != 128
+#error "GEMV_NT_THREADS must be 256 or 128"
+#endif
 #define GEMV_NT_WARPS (GEMV_NT_THREADS / 32)
 #ifndef GEMV_NT_ROWS
 #define GEMV_NT_ROWS 2    // weight rows per warp at a time: each x load serves both
@@ -283,10 +288,11 @@ struct GemvNt {
                                 : LM     ? GEMV_NT_ROWS_M8_LM
                                          : GEMV_NT_ROWS_M8_F32;
     static constexpr int UNROLL = BF16 ? GEMV_NT_UNROLL_BF16 : MP >= 4 ? GEMV_NT_UNROLL_M4 : GEMV_NT_UNROLL;
-    static constexpr int MIN_BLOCKS = ROWS >= 4           ? 2
-                                      : MP == 1 && !BF16 ? GEMV_NT_MIN_BLOCKS_M1_F32
-                                      : MP == 1          ? GEMV_NT_MIN_BLOCKS_M1_BF16
-                                                         : GEMV_NT_MIN_BLOCKS;
+    // (the knobs count 256-thread blocks; a 128-thread build allows twice as many, the same registers)
+    static constexpr int MIN_BLOCKS = (ROWS >= 4           ? 2
+                                       : MP == 1 && !BF16 ? GEMV_NT_MIN_BLOCKS_M1_F32
+                                       : MP == 1          ? GEMV_NT_MIN_BLOCKS_M1_BF16
+                                                          : GEMV_NT_MIN_BLOCKS) * (256 / GEMV_NT_THREADS);
     static constexpr bool LM_HEAD = LM;
     // each row's MP sums land on 32 / MP lanes (warp_sums), one row per lane of them
     static_assert(ROWS >= 1 && ROWS <= 32 / MP, "GemvNt: more rows per warp than lanes per token sum");
