@@ -21,4 +21,4 @@ for name, sw, nt in (("registers (kept)", {}, ()), ("smem, 4 blocks/SM", {"bf16"
     print("==", name)
     print("\n".join(run_case(r, 1, 64)))
 PY
-grep -E "==|kv_m1|step span" "$OUT/visit2_timeline.txt" | awk 'NR<=4 || /==|span/'
+awk '/==/{c=0} {c++; if (c<=15 || /span|lm_/) print}' "$OUT/visit2_timeline.txt"
