@@ -264,9 +264,6 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 #ifndef GEMV_NT_MIN_BLOCKS_M1_BF16
 #define GEMV_NT_MIN_BLOCKS_M1_BF16 GEMV_NT_MIN_BLOCKS  // the same (cuda_linear sets it by width)
 #endif
-#ifndef GEMV_NT_MIN_BLOCKS_ROWS4
-#define GEMV_NT_MIN_BLOCKS_ROWS4 2  // the same for the builds of 4 rows a warp and more
-#endif
 #ifndef GEMV_NT_MIN_BLOCKS_M1_F32
 #define GEMV_NT_MIN_BLOCKS_M1_F32 3  // the same for one token of float32 weights (cuda_linear sets 4 at
                                      // some widths: GEMV_NT_M1_F32_BLOCKS_BY_WIDTH)
@@ -286,7 +283,7 @@ struct GemvNt {
                                 : LM     ? GEMV_NT_ROWS_M8_LM
                                          : GEMV_NT_ROWS_M8_F32;
     static constexpr int UNROLL = BF16 ? GEMV_NT_UNROLL_BF16 : MP >= 4 ? GEMV_NT_UNROLL_M4 : GEMV_NT_UNROLL;
-    static constexpr int MIN_BLOCKS = ROWS >= 4           ? GEMV_NT_MIN_BLOCKS_ROWS4
+    static constexpr int MIN_BLOCKS = ROWS >= 4           ? 2
                                       : MP == 1 && !BF16 ? GEMV_NT_MIN_BLOCKS_M1_F32
                                       : MP == 1          ? GEMV_NT_MIN_BLOCKS_M1_BF16
                                                          : GEMV_NT_MIN_BLOCKS;
@@ -294,19 +291,6 @@ struct GemvNt {
     // each row's MP sums land on 32 / MP lanes (warp_sums), one row per lane of them
     static_assert(ROWS >= 1 && ROWS <= 32 / MP, "GemvNt: more rows per warp than lanes per token sum");
 };
-
-// One token, not the LM head (GEMV_W_SMEM_M1 1; cuda_linear sets it by product kind): each lane's weight chunks
-// go into shared memory by cp.async (slots of its own, after the LayerNorm's rows: [warp][UNROLL][ROWS][lane]
-// 16 bytes) instead of into registers, and the product loop reads them there after cp.async.wait_group. The
-// same chunks, lanes and order of FMAs as the register path, so the same bits; the weights hold no registers
-// while the block waits, so that more blocks of the next kernels fit beside the running ones.
-#ifndef GEMV_W_SMEM_M1
-#define GEMV_W_SMEM_M1 0
-#endif
-__device__ __forceinline__ void cp_async16_pol(void* dst, const void* src, unsigned long long policy) {
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-                 "l"(policy));
-}
 
 // The weights' L2 eviction priority in the one-token builds (_m1; GEMV_W_POLICY 1, else none given):
 // evict-first for every weight load, except GEMV_LM_PIN_BYTES_{BF16,F32} bytes of the LM head's rows
@@ -428,9 +412,6 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
 #ifndef GEMV_LN_BLOCK_M1
 #define GEMV_LN_BLOCK_M1 1  // 0: one warp per row at one token as well (for measuring)
 #endif
-// X_LD (the one-token builds with their weights in shared memory, GEMV_W_SMEM_M1): x by plain loads, so that
-// the weights' cp.async group, committed after g and b, may still be in flight here.
-template <bool X_LD = false>
 __device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, const float* gbs, float* xs, int K,
                                                   float eps) {
     __shared__ double part[GEMV_NT_WARPS][2];  // each warp's sum and sum of squares
@@ -438,14 +419,9 @@ __device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, c
     float4* xs4 = reinterpret_cast<float4*>(xs);
     const float4* gs4 = reinterpret_cast<const float4*>(gbs);
     const float4* bs4 = gs4 + K4;
-    if (X_LD) {
-        for (int k = tid; k < K4; k += GEMV_NT_THREADS) xs4[k] = reinterpret_cast<const float4*>(x)[k];
-        cp_async_wait<1>();  // g and b (the group before the weights')
-    } else {
-        for (int k = tid; k < K4; k += GEMV_NT_THREADS) cp_async16(xs4 + k, reinterpret_cast<const float4*>(x) + k, 16);
-        cp_async_commit();
-        cp_async_wait<0>();  // this thread's pieces and its share of g and b
-    }
+    for (int k = tid; k < K4; k += GEMV_NT_THREADS) cp_async16(xs4 + k, reinterpret_cast<const float4*>(x) + k, 16);
+    cp_async_commit();
+    cp_async_wait<0>();  // this thread's pieces and its share of g and b
     double s, q;
     gemv_row_sums(xs4, K4, tid, GEMV_NT_THREADS, s, q);
     if ((tid & 31) == 0) {
@@ -575,30 +551,15 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     const typename GemvW<BF16>::T* wrow[ROWS];
     constexpr bool POLICY = GEMV_W_POLICY && MP == 1;
     unsigned long long wpol = 0;  // POLICY: this row group's L2 eviction policy (l2_policy)
-    // SW (GEMV_W_SMEM_M1): this lane's slots, wsl[(u ROWS + r) 32] for chunk u of row r
-    constexpr bool SW = GEMV_W_SMEM_M1 && MP == 1 && !Build::LM_HEAD;
-    typename Raw::T* wsl = reinterpret_cast<typename Raw::T*>(reinterpret_cast<char*>(gemv_smem4) +
-                                                               (LN ? (M * K + 2 * K) * 4 : 0)) +
-                           warp * UNROLL * ROWS * 32 + lane;
     auto load_batch = [&](int k0) {
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             const int k = k0 + u * STEP;
             if (k < k_hi) {
 #pragma unroll
-                for (int r = 0; r < ROWS; ++r) {
-                    if constexpr (SW) {
-                        if (POLICY)
-                            cp_async16_pol(wsl + (u * ROWS + r) * 32, wrow[r] + k, wpol);
-                        else
-                            cp_async16(wsl + (u * ROWS + r) * 32, wrow[r] + k, 16);
-                    } else {
-                        wv[u][r] = Raw::template load<POLICY>(wrow[r] + k, wpol);
-                    }
-                }
+                for (int r = 0; r < ROWS; ++r) wv[u][r] = Raw::template load<POLICY>(wrow[r] + k, wpol);
             }
         }
-        if constexpr (SW) cp_async_commit();
     };
     auto set_rows = [&](int n0) {
 #pragma unroll
@@ -631,17 +592,16 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     pdl_trigger();
     const int first = blockIdx.x * rows_blk;
     set_rows(first + group * ROWS);
-    if (SW && LN) gemv_ln_stage_gb(ln_g, ln_b, xs + M * K, K);  // SW: g and b's group before the weights'
     load_batch(k_lo + lane * CPT);  // weights only: before the wait
     epi_bias(first + group * ROWS);
-    if (!SW && LN) gemv_ln_stage_gb(ln_g, ln_b, xs + M * K, K);
+    if (LN) gemv_ln_stage_gb(ln_g, ln_b, xs + M * K, K);
     pdl_wait();
     epi_res(first + group * ROWS);
     long long e_kv = 0;  // KV: token e_m's cache row and position, as an offset
     if (KV && e_m < M) e_kv = kv.seq[e_m] * kv.batch_stride + (long long)kv.pos[e_m] * kv.D;
     if (LN) {  // the whole block
         if (MP == 1 && GEMV_LN_BLOCK_M1)
-            gemv_ln_row_block<SW>(x, xs + K, xs, K, eps);
+            gemv_ln_row_block(x, xs + K, xs, K, eps);
         else
             gemv_ln_rows(x, xs + M * K, xs, M, K, eps);
     }
@@ -662,14 +622,13 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
 #pragma unroll
             for (int m = 0; m < MP; ++m) acc[r][m] = 0.0f;
         for (int k0 = k_lo + lane * CPT;;) {
-            if constexpr (SW) cp_async_wait<0>();  // this lane's chunks of the batch
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
                 const int k = k0 + u * STEP;
                 if (k >= k_hi) break;
                 float wf[ROWS][CPT];
 #pragma unroll
-                for (int r = 0; r < ROWS; ++r) unpack16(SW ? wsl[(u * ROWS + r) * 32] : wv[u][r], wf[r]);
+                for (int r = 0; r < ROWS; ++r) unpack16(wv[u][r], wf[r]);
 #pragma unroll
                 for (int m0 = 0; m0 < MP; m0 += MB) {
                     float4 q[MB][CPT / 4];

@@ -437,9 +437,6 @@ GEMV_NT_M1_F32_BLOCKS_BY_WIDTH = {1024: 4, 1600: 4}
 # One bf16 token likewise: its build's #defines by width (version 18, b1 tok/s: gpt2 5,280 -> 5,460 with 4
 # rows per warp (2 blocks per SM), medium 2,167 -> 2,369 with 4 blocks per SM; large best as it was).
 GEMV_NT_M1_BF16_BY_WIDTH = {768: (("GEMV_NT_ROWS_M1_BF16", 4),), 1024: (("GEMV_NT_MIN_BLOCKS_M1_BF16", 4),)}
-# One token: the products (by kind, _nt_kind) whose weights go through shared memory (GEMV_W_SMEM_M1,
-# kernels/gemv.cu), per weight type ("bf16", "f32"); the rest keep them in registers.
-GEMV_W_SMEM_M1: dict = {}
 _GEMV_BLOCKS_PER_SM = 4  # split-K target: about this many blocks per SM
 _workspaces: dict = {}
 
@@ -609,7 +606,6 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
         args += _gemv_argmax_args(argmax, m, grid, stream)
     # the normalized rows, then g and b (gemv_ln_rows)
     smem = (m + 2) * k * 4 if ln is not None else 0
-    smem += _gemv_w_smem_bytes(mp, w.dtype != np.float32, ln is not None and epilogue is None, defines)  # after it
     # the build of mp's kernels alone (GEMV_BUILD_MP: a first run compiles only the token counts it uses)
     launch(kernel("gemv", name, defines + (("GEMV_BUILD_MP", mp),)), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args,
            smem, stream, programmatic=True)
@@ -658,26 +654,8 @@ def _gemv_nt_defines(n: int, k: int, mp: int, bf16: bool) -> tuple:
     else:
         blocks = GEMV_NT_M1_F32_BLOCKS_BY_WIDTH.get(width)
         extra = () if blocks is None else (("GEMV_NT_MIN_BLOCKS_M1_F32", blocks),)
-    if _nt_kind(n, k) in GEMV_W_SMEM_M1.get("bf16" if bf16 else "f32", ()):
-        extra += (("GEMV_W_SMEM_M1", 1),)
     given = dict(NT_DEFINES)
     return NT_DEFINES + tuple(kv for kv in extra if kv[0] not in given)
-
-
-def _nt_kind(n: int, k: int) -> str:
-    """A decode product's kind by its shape [N, K] (GEMV_W_SMEM_M1's keys); "other" else (the LM head)."""
-    return {3 * k: "qkv", k: "proj", 4 * k: "fc"}.get(n, "mlp_proj" if k == 4 * n else "other")
-
-
-def _gemv_w_smem_bytes(mp: int, bf16: bool, lm_head: bool, defines: tuple) -> int:
-    """The dynamic shared memory of a one-token build's weight slots (GEMV_W_SMEM_M1, kernels/gemv.cu):
-    [warps][UNROLL][ROWS][32 lanes] 16 bytes; 0 where the build keeps its weights in registers."""
-    d = dict(defines)
-    if mp != 1 or lm_head or not int(d.get("GEMV_W_SMEM_M1", 0)):
-        return 0
-    unroll = int(d.get("GEMV_NT_UNROLL_BF16", 2)) if bf16 else int(d.get("GEMV_NT_UNROLL", 3))
-    rows, _ = _gemv_nt_build(mp, bf16, lm_head, defines)
-    return _GEMV_NT_THREADS // 32 * unroll * rows * 32 * 16
 
 
 def _gemv_nt_build(mp: int, bf16: bool, lm_head: bool, defines: tuple | None = None) -> tuple[int, int]:
@@ -689,7 +667,7 @@ def _gemv_nt_build(mp: int, bf16: bool, lm_head: bool, defines: tuple | None = N
     key = ("GEMV_NT_ROWS_M1_BF16" if mp == 1 and bf16 else "GEMV_NT_ROWS" if mp < 8 else "GEMV_NT_ROWS_M8_BF16" if bf16
            else "GEMV_NT_ROWS_M8_LM" if lm_head else "GEMV_NT_ROWS_M8_F32")
     rows = d[key]
-    per_sm = (int(d.get("GEMV_NT_MIN_BLOCKS_ROWS4", 2)) if rows >= 4 else d["GEMV_NT_MIN_BLOCKS_M1_F32"] if mp == 1 and not bf16
+    per_sm = (2 if rows >= 4 else d["GEMV_NT_MIN_BLOCKS_M1_F32"] if mp == 1 and not bf16
               else d["GEMV_NT_MIN_BLOCKS_M1_BF16"] if mp == 1 else d["GEMV_NT_MIN_BLOCKS"])
     return rows, per_sm
 
@@ -827,8 +805,7 @@ def _screen_defines(n: int, k: int, bf16: bool) -> tuple:
     if j is not None and not 256 * int(j) >= k:  # an A/B build may set a wider J: correct, slower
         raise ValueError(f"SCREEN_DEFINES' LM_SCREEN_J = {j} takes K up to {256 * int(j)}; the head has K = {k}")
     own = () if j is not None else (("LM_SCREEN_J", -(-k // 256)),)
-    head = tuple(kv for kv in _gemv_nt_defines(n, k, 1, bf16) if kv[0] != "GEMV_W_SMEM_M1")  # its own loads
-    return head + own + SCREEN_DEFINES
+    return _gemv_nt_defines(n, k, 1, bf16) + own + SCREEN_DEFINES
 
 
 def screen_table(w, stream=None) -> ScreenTable:
