@@ -800,7 +800,7 @@ def _screen_unfit(shape) -> str:
 
 def _screen_defines(n: int, k: int, bf16: bool) -> tuple:
     """lm_screen.cu's build for a head [n, k]: the full head's #defines (its LayerNorm and lanes), the
-    width's J = ceil(K / 256), and SCREEN_DEFINES. One build a model: its table, screen and rescore."""
+    width's J = ceil(K / 256), and SCREEN_DEFINES. One build a model: its table and screen."""
     j = dict(SCREEN_DEFINES).get("LM_SCREEN_J")
     if j is not None and not 256 * int(j) >= k:  # an A/B build may set a wider J: correct, slower
         raise ValueError(f"SCREEN_DEFINES' LM_SCREEN_J = {j} takes K up to {256 * int(j)}; the head has K = {k}")
@@ -835,14 +835,14 @@ def _screen_workspace(n: int, k: int, g1: int, stream):
     return got
 
 
-def _screen_grids(n: int, k: int) -> tuple[int, int]:
-    """(G1, G2): the screen's blocks (LM_SCREEN_MIN_BLOCKS a SM, at most one per 8 warps' rows: R a
-    warp, LM_SCREEN_ROWS_J) and the rescore's (one a SM)."""
+def _screen_grid(n: int, k: int) -> int:
+    """The screen's blocks: LM_SCREEN_MIN_BLOCKS a SM, at most one per 8 warps' rows (R a warp,
+    LM_SCREEN_ROWS_J)."""
     d = {**_SCREEN_DEFAULTS, **dict(SCREEN_DEFINES)}
     j = int(d.get("LM_SCREEN_J", -(-k // 256)))  # the build's J (_screen_defines): its rows a warp
     rows = d["LM_SCREEN_ROWS"] if j <= 4 else d["LM_SCREEN_ROWS_WIDE"]
     sms = sm_count()
-    return min(d["LM_SCREEN_MIN_BLOCKS"] * sms, -(-n // (rows * _GEMV_NT_THREADS // 32))), min(sms, n)
+    return min(d["LM_SCREEN_MIN_BLOCKS"] * sms, -(-n // (rows * _GEMV_NT_THREADS // 32)))
 
 
 def screen_prepare(w, stream=None) -> None:
@@ -852,9 +852,9 @@ def screen_prepare(w, stream=None) -> None:
 
     n, k = w.shape
     module("lm_screen", _screen_defines(n, k, w.dtype != np.float32))
-    g1, g2 = _screen_grids(n, k)
+    g1 = _screen_grid(n, k)
     _screen_workspace(n, k, g1, stream)
-    argmax_workspace(1, g2, stream)
+    argmax_workspace(1, g1, stream)
 
 
 def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> None:
@@ -862,7 +862,7 @@ def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> No
     argmax=argmax) gives it (the same winner, bit for bit), without its logits: an int8 pass over
     ``table`` (screen_table(w)) bounds every logit, and only the rows that may win are formed
     exactly (kernels/lm_screen.cu). x float32 [1, K]; w [N, K] float32 or bf16 bits; ln = (g, b, eps);
-    argmax = (ids, advance, host_out) as gemv_nt's. Two launches, both programmatic."""
+    argmax = (ids, advance, host_out) as gemv_nt's. One launch, programmatic."""
     _check_array(x, "x", 2)
     if x.shape[0] != 1:
         raise ValueError(f"the screened LM head takes one token; x has {x.shape[0]} rows")
@@ -884,15 +884,11 @@ def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> No
     if argmax is None:
         raise ValueError("the screened LM head gives only the argmax: argmax = (ids, advance, host_out) is required")
     bf16 = w.dtype != np.float32
-    g1, g2 = _screen_grids(n, k)
+    g1 = _screen_grid(n, k)
     ub, lb_part, h = _screen_workspace(n, k, g1, stream)
     head_defines = _gemv_nt_defines(n, k, 1, bf16)
     wpr, _ = gemv_nt_plan(n, k, _cpt(w), 1, bf16, True, defines=head_defines)  # the full head's split of K
-    defines = _screen_defines(n, k, bf16)
-    launch(kernel("lm_screen", "lm_screen", defines), (g1, 1, 1), (_GEMV_NT_THREADS, 1, 1),
-           (x, table.q, table.rowp, g, b, np.float32(eps), _i32(n, "N"), _i32(k, "K"), ub, lb_part, h),
-           3 * k * 4 + 2 * k, stream, programmatic=True)
-    args = (w, h, ub, lb_part, _i32(g1, "G1"), _i32(n, "N"), _i32(k, "K"), np.int32(wpr))
-    args += _gemv_argmax_args(argmax, 1, g2, stream)
-    launch(kernel("lm_screen", f"lm_rescore_{'bf16' if bf16 else 'f32'}", defines), (g2, 1, 1),
-           (_GEMV_NT_THREADS, 1, 1), args, k * 4, stream, programmatic=True)
+    args = (x, table.q, table.rowp, g, b, np.float32(eps), _i32(n, "N"), _i32(k, "K"), ub, lb_part, h, w,
+            np.int32(wpr)) + _gemv_argmax_args(argmax, 1, g1, stream)
+    launch(kernel("lm_screen", f"lm_screen_{'bf16' if bf16 else 'f32'}", _screen_defines(n, k, bf16)), (g1, 1, 1),
+           (_GEMV_NT_THREADS, 1, 1), args, 3 * k * 4 + 2 * k, stream, programmatic=True)
