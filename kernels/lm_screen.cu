@@ -150,6 +150,14 @@ template <bool BF16>
 __device__ __forceinline__ float lm_exact_row(const typename GemvW<BF16>::T* __restrict__ wrow, const float* hs,
                                               int K, int wpr, int lane);
 
+// A float's ordered bits: lm_ordered(a) < lm_ordered(b) exactly where a < b (not NaN; -0 below +0), so that
+// an integer atomicMax takes a float maximum.
+__device__ __forceinline__ int lm_ordered(float f) {
+    const int b = __float_as_int(f);
+    return b >= 0 ? b : b ^ 0x7fffffff;
+}
+__device__ __forceinline__ float lm_unordered(int o) { return __int_as_float(o >= 0 ? o : o ^ 0x7fffffff); }
+
 #ifndef LM_SCREEN_CAND
 #define LM_SCREEN_CAND 256  // a block's local candidates formed at once (a list in shared memory)
 #endif
@@ -161,7 +169,7 @@ __device__ __forceinline__ void lm_screen_body(const float* __restrict__ x, cons
                                                float* __restrict__ ub, float* __restrict__ lb_part,
                                                float* __restrict__ h_out,
                                                const typename GemvW<BF16>::T* __restrict__ w, int wpr,
-                                               GemvArgmax am) {
+                                               int* __restrict__ lb_max, GemvArgmax am) {
     constexpr int R = LM_SCREEN_ROWS_J(J);
     constexpr int LPR = 32 / R;  // lanes per row sum (warp_sums)
     extern __shared__ float4 gemv_smem4[];
@@ -266,22 +274,30 @@ __device__ __forceinline__ void lm_screen_body(const float* __restrict__ x, cons
     float Lb = NEG_INF_F32;  // the block's largest lb, in every thread
 #pragma unroll
     for (int v = 0; v < GEMV_NT_WARPS; ++v) Lb = fmaxf(Lb, lb_warp[v]);
-    if (threadIdx.x == 0) lb_part[blockIdx.x] = Lb;
-
-    // The block's local candidates, its rows with ub_n >= Lb, formed exactly (lm_exact_row), and the best of
-    // them to the argmax finish. The full head's winner is among them: its value is at least every row's,
-    // so at least every lb of its own block, and at most its own ub. Rows go through the list a pass of the
-    // grid at a time; the list is formed whenever another pass might not fit it, and after the last.
+    // T: the largest lb of this block and of the blocks that got here before it (lb_max, an atomic max
+    // over the floats' ordered bits)
+    __shared__ float T_s;
     __shared__ int cand[LM_SCREEN_CAND];
     __shared__ int n_cand;
-    static_assert(LM_SCREEN_CAND >= 2 * GEMV_NT_WARPS * LM_SCREEN_ROWS_J(J), "LM_SCREEN_CAND below two passes' rows");
-    if (threadIdx.x == 0) n_cand = 0;
+    if (threadIdx.x == 0) {
+        lb_part[blockIdx.x] = Lb;
+        const int mine = lm_ordered(Lb);
+        T_s = lm_unordered(max(atomicMax(lb_max, mine), mine));
+        n_cand = 0;
+    }
     __syncthreads();
+    const float T = T_s;
+
+    // The block's local candidates, its rows with ub_n >= T, formed exactly (lm_exact_row), and the best of
+    // them to the argmax finish. The full head's winner is among them: its value is at least every row's,
+    // so at least every lb (T is one), and at most its own ub. Rows go through the list a pass of the grid
+    // at a time; the list is formed whenever another pass might not fit it, and after the last.
+    static_assert(LM_SCREEN_CAND >= 2 * GEMV_NT_WARPS * LM_SCREEN_ROWS_J(J), "LM_SCREEN_CAND below two passes' rows");
     float best_v = NEG_INF_F32;
     int best_i = ARGMAX_NONE;
     for (int n_blk = first; n_blk < N; n_blk += gridDim.x * rows_blk) {
         const int n = n_blk + threadIdx.x;
-        if (threadIdx.x < rows_blk && n < N && __ldcg(ub + n) >= Lb) cand[atomicAdd(&n_cand, 1)] = n;
+        if (threadIdx.x < rows_blk && n < N && __ldcg(ub + n) >= T) cand[atomicAdd(&n_cand, 1)] = n;
         __syncthreads();
         const int c = n_cand;
         if ((long long)n_blk + (long long)gridDim.x * rows_blk >= N || c > LM_SCREEN_CAND - rows_blk) {
@@ -298,7 +314,8 @@ __device__ __forceinline__ void lm_screen_body(const float* __restrict__ x, cons
         }
         __syncthreads();  // n_cand read (or cleared) before the next pass adds to it
     }
-    gemv_argmax_finish<1>(am, best_v, best_i, 1, lane, warp);
+    if (gemv_argmax_finish<1>(am, best_v, best_i, 1, lane, warp) && threadIdx.x == 0)
+        *lb_max = lm_ordered(NEG_INF_F32);  // every block has read it: ready for the next launch
 }
 
 // Row n's logit as the full head (gemv_nt_body, one token, wpr warps a row group) forms it: slice s of
@@ -343,10 +360,11 @@ __device__ __forceinline__ float lm_exact_row(const typename GemvW<BF16>::T* __r
         name(const float* __restrict__ x, const signed char* __restrict__ q, const float4* __restrict__ rowp,  \
              const float* __restrict__ ln_g, const float* __restrict__ ln_b, float eps, int N, int K,          \
              float* __restrict__ ub, float* __restrict__ lb_part, float* __restrict__ h_out,                   \
-             const GemvW<bf16>::T* __restrict__ w, int wpr, int* am_out, float* am_part_v, int* am_part_i,     \
-             int* am_counter, int* am_step, int* am_host_out) {                                                \
+             const GemvW<bf16>::T* __restrict__ w, int wpr, int* __restrict__ lb_max, int* am_out,             \
+             float* am_part_v, int* am_part_i, int* am_counter, int* am_step, int* am_host_out) {              \
         const GemvArgmax am{am_out, am_part_v, am_part_i, am_counter, am_step, am_host_out};                  \
-        lm_screen_body<LM_SCREEN_J, bf16>(x, q, rowp, ln_g, ln_b, eps, N, K, ub, lb_part, h_out, w, wpr, am);  \
+        lm_screen_body<LM_SCREEN_J, bf16>(x, q, rowp, ln_g, ln_b, eps, N, K, ub, lb_part, h_out, w, wpr, lb_max, \
+                                          am);                                                                 \
     }
 LM_SCREEN_KERNEL(lm_screen_f32, false)
 LM_SCREEN_KERNEL(lm_screen_bf16, true)

@@ -824,14 +824,18 @@ def screen_table(w, stream=None) -> ScreenTable:
     return ScreenTable(q, rowp, w.data.ptr)
 
 
+_LB_MAX_EMPTY = -2139095041  # lm_screen.cu's lm_ordered(-inf): the running largest lb before a launch
+
+
 def _screen_workspace(n: int, k: int, g1: int, stream):
-    """(ub [N], lb_part [g1], h [K]) float32 for one (device, stream, N, K, g1), made once and kept
-    (a captured graph keeps using its own)."""
+    """(ub [N], lb_part [g1], h [K] float32, lb_max [1] int32) for one (device, stream, N, K, g1), made once
+    and kept (a captured graph keeps using its own); every launch leaves lb_max as it found it."""
     s = stream if stream is not None else cp.cuda.get_current_stream()
     key = (cp.cuda.Device().id, s.ptr, n, k, g1)
     got = _screen_ws.get(key)
     if got is None:
-        got = _screen_ws[key] = (cp.empty(n, cp.float32), cp.empty(g1, cp.float32), cp.empty(k, cp.float32))
+        got = _screen_ws[key] = (cp.empty(n, cp.float32), cp.empty(g1, cp.float32), cp.empty(k, cp.float32),
+                                 cp.full(1, _LB_MAX_EMPTY, cp.int32))
     return got
 
 
@@ -885,10 +889,10 @@ def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> No
         raise ValueError("the screened LM head gives only the argmax: argmax = (ids, advance, host_out) is required")
     bf16 = w.dtype != np.float32
     g1 = _screen_grid(n, k)
-    ub, lb_part, h = _screen_workspace(n, k, g1, stream)
+    ub, lb_part, h, lb_max = _screen_workspace(n, k, g1, stream)
     head_defines = _gemv_nt_defines(n, k, 1, bf16)
     wpr, _ = gemv_nt_plan(n, k, _cpt(w), 1, bf16, True, defines=head_defines)  # the full head's split of K
     args = (x, table.q, table.rowp, g, b, np.float32(eps), _i32(n, "N"), _i32(k, "K"), ub, lb_part, h, w,
-            np.int32(wpr)) + _gemv_argmax_args(argmax, 1, g1, stream)
+            np.int32(wpr), lb_max) + _gemv_argmax_args(argmax, 1, g1, stream)
     launch(kernel("lm_screen", f"lm_screen_{'bf16' if bf16 else 'f32'}", _screen_defines(n, k, bf16)), (g1, 1, 1),
            (_GEMV_NT_THREADS, 1, 1), args, 3 * k * 4 + 2 * k, stream, programmatic=True)

@@ -75,7 +75,8 @@ def test_screened_head_equals_full_head(wdtype, d, n, kind):
     if kind == "nan_x":
         assert int(want[0]) == 0
     # every finite logit of the full head lies in its row's interval; lb_part holds the largest lb
-    ub, lb_part, h = L._screen_workspace(n, d, L._screen_grid(n, d), None)
+    ub, lb_part, h, lb_max = L._screen_workspace(n, d, L._screen_grid(n, d), None)
+    assert int(lb_max[0]) == L._LB_MAX_EMPTY, "the running largest lb was not put back for the next launch"
     lg = cp.asnumpy(logits[0])
     u = cp.asnumpy(ub)
     assert not np.isnan(u).any()
@@ -237,7 +238,7 @@ def test_screened_head_on_tiny_and_subnormal_rows(wdtype, h_scale):
     ids = cp.full(1, -1, cp.int32)
     L.lm_head_screened(x, table, wd, ln, (ids, None, None))
     assert int(ids[0]) == int(want[0]), f"seed {seed}: screened {int(ids[0])}, full head {int(want[0])}"
-    ub, lb_part, h = L._screen_workspace(n, k, L._screen_grid(n, k), None)
+    ub, lb_part, h, lb_max = L._screen_workspace(n, k, L._screen_grid(n, k), None)
     lg = cp.asnumpy(logits[0])
     assert (cp.asnumpy(ub) >= lg).all(), f"seed {seed}: a logit above its ub"
     ref_ub, ref_lb = screen.bounds(cp.asnumpy(h), cp.asnumpy(table.q), cp.asnumpy(table.rowp))

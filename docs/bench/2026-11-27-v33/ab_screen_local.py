@@ -50,7 +50,7 @@ def use(name):
 
 
 size = sys.argv[1] if len(sys.argv) > 1 else "gpt2"
-NAMES = ["two kernels (v32)", "one kernel, local candidates"]
+NAMES = ["two kernels (v32)", "one kernel, local candidates"]  # (its threshold: the running largest lb)
 rng = np.random.default_rng(3)
 for prec in ("bf16", "fp32"):
     r = make_runner(ModelWeights.random(SIZES[size], seed=0), "cuda", prec)
