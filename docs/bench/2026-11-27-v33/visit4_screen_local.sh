@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Version 33, GPU visit 3 (and 4, the threshold the running largest lb): the screened LM head in one kernel (local candidates): its tests and the model's,
+# Version 33, GPU visit 4: the screened LM head in one kernel, local candidates against the running largest lb: its tests,
 # the A/B against version 32's two kernels (ab_screen_local.py), then the bf16 step's timeline.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD"
