@@ -469,9 +469,8 @@ struct GemvArgmax {
 };
 
 // The block's end of the argmax: lane l holds the best of token l / (32 / MP)'s outputs it stored.
-// Returns whether this block took the last ticket (every thread the same).
 template <int MP>
-__device__ __forceinline__ bool gemv_argmax_finish(const GemvArgmax am, float best_v, int best_i, int M, int lane,
+__device__ __forceinline__ void gemv_argmax_finish(const GemvArgmax am, float best_v, int best_i, int M, int lane,
                                                    int warp) {
     constexpr int LPS = 32 / MP;  // lanes per token (warp_sums' layout)
     __shared__ float sv[GEMV_NT_WARPS * 8];  // [warp][token], then argmax_block's scratch
@@ -499,7 +498,7 @@ __device__ __forceinline__ bool gemv_argmax_finish(const GemvArgmax am, float be
         if (is_last) *am.counter = 0;  // ready for the next launch
     }
     __syncthreads();
-    if (!is_last) return false;
+    if (!is_last) return;
     __threadfence();  // order the partials' reads after the ticket
     for (int m = 0; m < M; ++m) {
         float bv = NEG_INF_F32;
@@ -512,7 +511,6 @@ __device__ __forceinline__ bool gemv_argmax_finish(const GemvArgmax am, float be
         argmax_block(bv, bi, sv, si);
         if (threadIdx.x == 0) argmax_write(am.out, am.step, am.host_out, m, M, bi);
     }
-    return true;
 }
 
 // One token's row sums (HALVE in gemv_nt_body): a lane's ROWS partial sums fold together by halving

@@ -1,26 +1,23 @@
-// lm_screen.cu: the greedy decode step's LM head at batch 1 through a screen, so that it reads an int8
+// lm_screen.cu: the greedy decode step's LM head at batch 1 in two passes, so that it reads an int8
 // copy of the head (a quarter of float32's bytes, half of bf16's) and only a few of the exact rows,
 // and still gives the token the full head (gemv_*_nt_ln_m1 with its argmax) gives, bit for bit.
 // It includes gemv.cu's device code (the LM head's LayerNorm, row order and argmax finish), and must be
 // built with the #defines of the full head's build (gpt2block: cuda_linear._gemv_nt_defines) so that
 // its LayerNorm and lanes are the full head's. One build serves one width: LM_SCREEN_J (below).
 //
-//   lm_screen_{f32,bf16}(x, q, rowp, ln_g, ln_b, eps, N, K, ub, lb_part, h_out, w, wpr, <GemvArgmax's six>)
+//   lm_screen(x, q, rowp, ln_g, ln_b, eps, N, K, ub, lb_part, h_out)        (pass 1, K <= 256 LM_SCREEN_J)
 //     x [1, K] the residual stream; q int8 [N, K] and rowp float4 [N] the screen's table (below);
-//     ln_g, ln_b [K] ln_f; w [N, K] the exact head (float32, or bf16 bits); K <= 256 LM_SCREEN_J.
-//     Every block forms h = LN(x) exactly as the full head does (gemv_ln_row_block), then for each of
-//     its rows n an interval [lb_n, ub_n] that holds both the exact dot product h . w_n and the full
-//     head's float32 result for it. Its local candidates are its rows with ub_n >= L_b, L_b the largest
-//     lb_n of its rows: the full head's winner is a local candidate of its own block, since its value is
-//     at least every row's, so at least every lb of its block, and at most its own ub. Each local
-//     candidate's logit is formed exactly as the full head forms it (lm_exact_row: the same h, lanes,
-//     order of FMAs, warp sums and slices of wpr), and the first index of the largest over all blocks
-//     wins (argmax.cuh, gemv_argmax_finish: the last block to finish meets the blocks' bests); the
-//     argmax's outputs as the full head's (GemvArgmax: out, the decode step's ints, mapped host memory).
-//     No logits are written. Also writes ub [N], each block's L_b into lb_part [gridDim.x] and h into
-//     h_out [K] (block 0), for tests and for reading.
-//     (Versions 28 to 32 met the blocks' bounds first, L = max L_b, in a second kernel, lm_rescore, which
-//     formed only the rows with ub_n >= L: fewer exact rows, one kernel more; docs/PERFORMANCE.md, version 33.)
+//     ln_g, ln_b [K] ln_f. Every block forms h = LN(x) exactly as the full head does
+//     (gemv_ln_row_block), then for each row n an interval [lb_n, ub_n] that holds both the exact
+//     dot product h . w_n and the full head's float32 result for it. Writes ub [N], each block's
+//     largest lb into lb_part [gridDim.x], and h into h_out [K] (block 0).
+//   lm_rescore_{f32,bf16}(w, h, ub, lb_part, G1, N, K, wpr, <GemvArgmax's six>)  (pass 2)
+//     w [N, K] the exact head (float32, or bf16 bits); L = max(lb_part[0 .. G1 - 1]). Every row
+//     with ub_n >= L is a candidate: the full head's winner is one of them, since its value is at
+//     least every row's, and so at least L. Each candidate's logit is formed exactly as the full
+//     head forms it (lm_exact_row: the same h, lanes, order of FMAs, warp sums and slices of wpr),
+//     and the first index of the largest wins (argmax.cuh); the argmax's outputs as the full head's
+//     (GemvArgmax: out, the decode step's ints, mapped host memory). No logits are written.
 //   lm_screen_table_{f32,bf16}(w, N, K, q, rowp)
 //     the table below from w [N, K] (float32, or bf16 bits), bit for bit gpt2block.screen.table's.
 //
@@ -45,11 +42,13 @@
 // |h_k| is below 2^-100, or a row whose terms could overflow float32 (m_n |h|_1 > 1e37), gives ub = +inf
 // and lb = -inf: every row a candidate in the worst case, and the result still the full head's.
 //
-// Launch recipe: lm_screen_*: 256 threads, grid G >= 1 (any; gpt2block: 2 a SM, at most one per 8 R
+// Launch recipe: lm_screen: 256 threads, grid G1 >= 1 (any; gpt2block: 2 a SM, at most one per 8 R
 // rows, R = LM_SCREEN_ROWS_J(LM_SCREEN_J)), dynamic shared memory 3 K floats + K int16 (h, then ln_f's
-// g and b, then the quantized h); K % 8 == 0, K <= 256 LM_SCREEN_J; wpr the full head's (gemv_nt_plan),
-// so that every candidate's logit has the full head's bits; the argmax's partials for G blocks.
-// It takes part in programmatic dependent launch: it reads its table, q and g / b before its wait.
+// g and b, then the quantized h); K % 8 == 0, K <= 256 LM_SCREEN_J.
+// lm_rescore_*: 256 threads, grid G2 >= 1 (any; gpt2block: one a SM), dynamic shared memory K floats;
+// wpr the full head's (gemv_nt_plan), so that every candidate's logit has the full head's bits.
+// Both take part in programmatic dependent launch: pass 1 reads its table, q and g / b before its
+// wait, pass 2 nothing.
 // lm_screen_table_*: 256 threads (a warp a row), grid ceil(N / 8), no shared memory; N K < 2^31.
 
 #define GEMV_DEVICE_ONLY
@@ -146,30 +145,12 @@ __device__ __forceinline__ void lm_screen_quantize_h(const float* xs, short* hq,
     __syncthreads();  // hq complete
 }
 
-template <bool BF16>
-__device__ __forceinline__ float lm_exact_row(const typename GemvW<BF16>::T* __restrict__ wrow, const float* hs,
-                                              int K, int wpr, int lane);
-
-// A float's ordered bits: lm_ordered(a) < lm_ordered(b) exactly where a < b (not NaN; -0 below +0), so that
-// an integer atomicMax takes a float maximum.
-__device__ __forceinline__ int lm_ordered(float f) {
-    const int b = __float_as_int(f);
-    return b >= 0 ? b : b ^ 0x7fffffff;
-}
-__device__ __forceinline__ float lm_unordered(int o) { return __int_as_float(o >= 0 ? o : o ^ 0x7fffffff); }
-
-#ifndef LM_SCREEN_CAND
-#define LM_SCREEN_CAND 256  // a block's local candidates formed at once (a list in shared memory)
-#endif
-
-template <int J, bool BF16>
+template <int J>
 __device__ __forceinline__ void lm_screen_body(const float* __restrict__ x, const signed char* __restrict__ q,
                                                const float4* __restrict__ rowp, const float* __restrict__ ln_g,
                                                const float* __restrict__ ln_b, float eps, int N, int K,
                                                float* __restrict__ ub, float* __restrict__ lb_part,
-                                               float* __restrict__ h_out,
-                                               const typename GemvW<BF16>::T* __restrict__ w, int wpr,
-                                               int* __restrict__ lb_max, GemvArgmax am) {
+                                               float* __restrict__ h_out) {
     constexpr int R = LM_SCREEN_ROWS_J(J);
     constexpr int LPR = 32 / R;  // lanes per row sum (warp_sums)
     extern __shared__ float4 gemv_smem4[];
@@ -270,52 +251,13 @@ __device__ __forceinline__ void lm_screen_body(const float* __restrict__ x, cons
     }
     lb_best = warp_max(lb_best);
     if (lane == 0) lb_warp[warp] = lb_best;
-    __syncthreads();  // the warps' largest lb, and this block's ub stores (read back below)
-    float Lb = NEG_INF_F32;  // the block's largest lb, in every thread
-#pragma unroll
-    for (int v = 0; v < GEMV_NT_WARPS; ++v) Lb = fmaxf(Lb, lb_warp[v]);
-    // T: the largest lb of this block and of the blocks that got here before it (lb_max, an atomic max
-    // over the floats' ordered bits)
-    __shared__ float T_s;
-    __shared__ int cand[LM_SCREEN_CAND];
-    __shared__ int n_cand;
-    if (threadIdx.x == 0) {
-        lb_part[blockIdx.x] = Lb;
-        const int mine = lm_ordered(Lb);
-        T_s = lm_unordered(max(atomicMax(lb_max, mine), mine));
-        n_cand = 0;
-    }
     __syncthreads();
-    const float T = T_s;
-
-    // The block's local candidates, its rows with ub_n >= T, formed exactly (lm_exact_row), and the best of
-    // them to the argmax finish. The full head's winner is among them: its value is at least every row's,
-    // so at least every lb (T is one), and at most its own ub. Rows go through the list a pass of the grid
-    // at a time; the list is formed whenever another pass might not fit it, and after the last.
-    static_assert(LM_SCREEN_CAND >= 2 * GEMV_NT_WARPS * LM_SCREEN_ROWS_J(J), "LM_SCREEN_CAND below two passes' rows");
-    float best_v = NEG_INF_F32;
-    int best_i = ARGMAX_NONE;
-    for (int n_blk = first; n_blk < N; n_blk += gridDim.x * rows_blk) {
-        const int n = n_blk + threadIdx.x;
-        if (threadIdx.x < rows_blk && n < N && __ldcg(ub + n) >= T) cand[atomicAdd(&n_cand, 1)] = n;
-        __syncthreads();
-        const int c = n_cand;
-        if ((long long)n_blk + (long long)gridDim.x * rows_blk >= N || c > LM_SCREEN_CAND - rows_blk) {
-            for (int i = warp; i < c; i += GEMV_NT_WARPS) {
-                const int r = cand[i];
-                const float v = lm_exact_row<BF16>(w + (long long)r * K, xs, K, wpr, lane);
-                if (argmax_better(v, r, best_v, best_i)) {
-                    best_v = v;
-                    best_i = r;
-                }
-            }
-            __syncthreads();  // the list read
-            if (threadIdx.x == 0) n_cand = 0;
-        }
-        __syncthreads();  // n_cand read (or cleared) before the next pass adds to it
+    if (threadIdx.x == 0) {
+        float b = NEG_INF_F32;
+#pragma unroll
+        for (int w = 0; w < GEMV_NT_WARPS; ++w) b = fmaxf(b, lb_warp[w]);
+        lb_part[blockIdx.x] = b;
     }
-    if (gemv_argmax_finish<1>(am, best_v, best_i, 1, lane, warp) && threadIdx.x == 0)
-        *lb_max = lm_ordered(NEG_INF_F32);  // every block has read it: ready for the next launch
 }
 
 // Row n's logit as the full head (gemv_nt_body, one token, wpr warps a row group) forms it: slice s of
@@ -355,19 +297,85 @@ __device__ __forceinline__ float lm_exact_row(const typename GemvW<BF16>::T* __r
     return total;
 }
 
-#define LM_SCREEN_KERNEL(name, bf16)                                                                           \
-    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, LM_SCREEN_MIN_BLOCKS)                          \
-        name(const float* __restrict__ x, const signed char* __restrict__ q, const float4* __restrict__ rowp,  \
-             const float* __restrict__ ln_g, const float* __restrict__ ln_b, float eps, int N, int K,          \
-             float* __restrict__ ub, float* __restrict__ lb_part, float* __restrict__ h_out,                   \
-             const GemvW<bf16>::T* __restrict__ w, int wpr, int* __restrict__ lb_max, int* am_out,             \
-             float* am_part_v, int* am_part_i, int* am_counter, int* am_step, int* am_host_out) {              \
-        const GemvArgmax am{am_out, am_part_v, am_part_i, am_counter, am_step, am_host_out};                  \
-        lm_screen_body<LM_SCREEN_J, bf16>(x, q, rowp, ln_g, ln_b, eps, N, K, ub, lb_part, h_out, w, wpr, lb_max, \
-                                          am);                                                                 \
+#ifndef LM_RESCORE_TILES
+#define LM_RESCORE_TILES 2  // 32-row tiles of ub a warp loads at once
+#endif
+template <bool BF16>
+__device__ __forceinline__ void lm_rescore_body(const typename GemvW<BF16>::T* __restrict__ w, const float* h,
+                                                const float* ub, const float* lb_part, int G1, int N, int K, int wpr,
+                                                GemvArgmax am) {
+    extern __shared__ float4 gemv_smem4[];
+    float* hs = reinterpret_cast<float*>(gemv_smem4);  // h [K]
+    __shared__ float lb_warp[GEMV_NT_WARPS];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    pdl_trigger();
+    pdl_wait();
+    for (int k = tid; k < (K >> 2); k += GEMV_NT_THREADS)
+        cp_async16(gemv_smem4 + k, reinterpret_cast<const float4*>(h) + k, 16);
+    cp_async_commit();
+    const long long lo = (long long)N * blockIdx.x / gridDim.x, hi = (long long)N * (blockIdx.x + 1) / gridDim.x;
+    constexpr int T = LM_RESCORE_TILES;
+    float u[T];
+#pragma unroll
+    for (int i = 0; i < T; ++i) {
+        const long long n = lo + (long long)(warp + GEMV_NT_WARPS * i) * 32 + lane;
+        u[i] = n < hi ? __ldcg(ub + n) : NEG_INF_F32;
     }
-LM_SCREEN_KERNEL(lm_screen_f32, false)
-LM_SCREEN_KERNEL(lm_screen_bf16, true)
+    float L = NEG_INF_F32;
+    for (int i = tid; i < G1; i += GEMV_NT_THREADS) L = fmaxf(L, __ldcg(lb_part + i));
+    L = warp_max(L);
+    if (lane == 0) lb_warp[warp] = L;
+    cp_async_wait<0>();
+    __syncthreads();  // h and the warps' maxima
+#pragma unroll
+    for (int q = 0; q < GEMV_NT_WARPS; ++q) L = fmaxf(L, lb_warp[q]);
+
+    float best_v = NEG_INF_F32;
+    int best_i = ARGMAX_NONE;
+    for (long long base = lo; base < hi; base += (long long)GEMV_NT_WARPS * 32 * T) {
+        if (base != lo) {
+#pragma unroll
+            for (int i = 0; i < T; ++i) {
+                const long long n = base + (long long)(warp + GEMV_NT_WARPS * i) * 32 + lane;
+                u[i] = n < hi ? __ldcg(ub + n) : NEG_INF_F32;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < T; ++i) {
+            const long long tile = base + (long long)(warp + GEMV_NT_WARPS * i) * 32;
+            unsigned mask = __ballot_sync(0xffffffffu, u[i] >= L && tile + lane < hi);
+            while (mask) {
+                const int r = __ffs(mask) - 1;
+                mask &= mask - 1;
+                const int n = (int)(tile + r);
+                const float v = lm_exact_row<BF16>(w + (long long)n * K, hs, K, wpr, lane);
+                if (argmax_better(v, n, best_v, best_i)) {
+                    best_v = v;
+                    best_i = n;
+                }
+            }
+        }
+    }
+    gemv_argmax_finish<1>(am, best_v, best_i, 1, lane, warp);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, LM_SCREEN_MIN_BLOCKS)
+    lm_screen(const float* __restrict__ x, const signed char* __restrict__ q, const float4* __restrict__ rowp,
+              const float* __restrict__ ln_g, const float* __restrict__ ln_b, float eps, int N, int K,
+              float* __restrict__ ub, float* __restrict__ lb_part, float* __restrict__ h_out) {
+    lm_screen_body<LM_SCREEN_J>(x, q, rowp, ln_g, ln_b, eps, N, K, ub, lb_part, h_out);
+}
+
+#define LM_RESCORE_KERNEL(name, bf16)                                                                          \
+    extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS)                                              \
+        name(const GemvW<bf16>::T* __restrict__ w, const float* h, const float* ub, const float* lb_part,      \
+             int G1, int N, int K, int wpr, int* am_out, float* am_part_v, int* am_part_i, int* am_counter,    \
+             int* am_step, int* am_host_out) {                                                                 \
+        const GemvArgmax am{am_out, am_part_v, am_part_i, am_counter, am_step, am_host_out};                  \
+        lm_rescore_body<bf16>(w, h, ub, lb_part, G1, N, K, wpr, am);                                           \
+    }
+LM_RESCORE_KERNEL(lm_rescore_f32, false)
+LM_RESCORE_KERNEL(lm_rescore_bf16, true)
 
 // ---------------------------------------------------------------------------------------------
 // The table (gpt2block.screen.table's, bit for bit), a warp a row. The weights are taken by their bits,

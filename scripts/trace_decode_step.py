@@ -14,9 +14,9 @@ the SM clock (clock64) after pdl_wait and at these points:
     end the block's end (a barrier, then the stamp)
   attention_decode_f32:
     q   q has landed      fold  the first round folded      pv  the groups' P V summed      end
-  lm_screen_* (the greedy head's screen, "gemv, LayerNorm" of grid two a SM): x, ln as above, w its h
-    quantized, dot its bounds done (the block's largest lb known), end (its local candidates formed
-    and the argmax met)
+  lm_screen (the greedy head's screen, "gemv, LayerNorm" of grid one a SM): x, ln as above, w its h
+    quantized, end;  lm_rescore_* (the same grid, no LayerNorm): w the largest lb known, dot its
+    candidates formed, end
 Runs SIZE on random weights (five kernels a block), a 16-token prefill and a few greedy steps,
 then the stamped steps; prints per kernel (by grid) the median and 90th percentile over blocks and
 layers of each point, in us after the block's own wait (SM clock converted by the clock rate
@@ -93,10 +93,12 @@ GEMV_EDITS = [
      "    __syncthreads();\n    tr_mark(12);\n    tr_gmark(14);\n"),
 ]
 SCREEN_EDITS = [  # lm_screen.cu, which includes gemv.cu's device code (and so its anchors)
-    # the screened LM head: its h quantized (w), its bounds done and the block's largest lb known (dot), and
-    # its end (its local candidates formed and the argmax met)
+    # the screened LM head: the screen's h quantized (w) and its end; the rescore's largest lb known
+    # (w), its candidates formed (dot) and its end
     ("    lm_screen_quantize_h(xs, hq, K, l1h, t);\n", "    tr_mark(9);\n"),
-    ("    if (threadIdx.x == 0) lb_part[blockIdx.x] = Lb;\n", "    tr_mark(16);\n"),
+    ("        lb_part[blockIdx.x] = b;\n    }\n", "    __syncthreads();\n    tr_mark(12);\n    tr_gmark(14);\n"),
+    ("    for (int q = 0; q < GEMV_NT_WARPS; ++q) L = fmaxf(L, lb_warp[q]);\n", "    tr_mark(9);\n"),
+    ("                    best_i = n;\n                }\n            }\n        }\n    }\n", "    tr_mark(16);\n"),
     ("    gemv_argmax_finish<1>(am, best_v, best_i, 1, lane, warp);\n",
      "    __syncthreads();\n    tr_mark(12);\n    tr_gmark(14);\n"),
 ]

@@ -800,7 +800,7 @@ def _screen_unfit(shape) -> str:
 
 def _screen_defines(n: int, k: int, bf16: bool) -> tuple:
     """lm_screen.cu's build for a head [n, k]: the full head's #defines (its LayerNorm and lanes), the
-    width's J = ceil(K / 256), and SCREEN_DEFINES. One build a model: its table and screen."""
+    width's J = ceil(K / 256), and SCREEN_DEFINES. One build a model: its table, screen and rescore."""
     j = dict(SCREEN_DEFINES).get("LM_SCREEN_J")
     if j is not None and not 256 * int(j) >= k:  # an A/B build may set a wider J: correct, slower
         raise ValueError(f"SCREEN_DEFINES' LM_SCREEN_J = {j} takes K up to {256 * int(j)}; the head has K = {k}")
@@ -824,29 +824,25 @@ def screen_table(w, stream=None) -> ScreenTable:
     return ScreenTable(q, rowp, w.data.ptr)
 
 
-_LB_MAX_EMPTY = -2139095041  # lm_screen.cu's lm_ordered(-inf): the running largest lb before a launch
-
-
 def _screen_workspace(n: int, k: int, g1: int, stream):
-    """(ub [N], lb_part [g1], h [K] float32, lb_max [1] int32) for one (device, stream, N, K, g1), made once
-    and kept (a captured graph keeps using its own); every launch leaves lb_max as it found it."""
+    """(ub [N], lb_part [g1], h [K]) float32 for one (device, stream, N, K, g1), made once and kept
+    (a captured graph keeps using its own)."""
     s = stream if stream is not None else cp.cuda.get_current_stream()
     key = (cp.cuda.Device().id, s.ptr, n, k, g1)
     got = _screen_ws.get(key)
     if got is None:
-        got = _screen_ws[key] = (cp.empty(n, cp.float32), cp.empty(g1, cp.float32), cp.empty(k, cp.float32),
-                                 cp.full(1, _LB_MAX_EMPTY, cp.int32))
+        got = _screen_ws[key] = (cp.empty(n, cp.float32), cp.empty(g1, cp.float32), cp.empty(k, cp.float32))
     return got
 
 
-def _screen_grid(n: int, k: int) -> int:
-    """The screen's blocks: LM_SCREEN_MIN_BLOCKS a SM, at most one per 8 warps' rows (R a warp,
-    LM_SCREEN_ROWS_J)."""
+def _screen_grids(n: int, k: int) -> tuple[int, int]:
+    """(G1, G2): the screen's blocks (LM_SCREEN_MIN_BLOCKS a SM, at most one per 8 warps' rows: R a
+    warp, LM_SCREEN_ROWS_J) and the rescore's (one a SM)."""
     d = {**_SCREEN_DEFAULTS, **dict(SCREEN_DEFINES)}
     j = int(d.get("LM_SCREEN_J", -(-k // 256)))  # the build's J (_screen_defines): its rows a warp
     rows = d["LM_SCREEN_ROWS"] if j <= 4 else d["LM_SCREEN_ROWS_WIDE"]
     sms = sm_count()
-    return min(d["LM_SCREEN_MIN_BLOCKS"] * sms, -(-n // (rows * _GEMV_NT_THREADS // 32)))
+    return min(d["LM_SCREEN_MIN_BLOCKS"] * sms, -(-n // (rows * _GEMV_NT_THREADS // 32))), min(sms, n)
 
 
 def screen_prepare(w, stream=None) -> None:
@@ -856,9 +852,9 @@ def screen_prepare(w, stream=None) -> None:
 
     n, k = w.shape
     module("lm_screen", _screen_defines(n, k, w.dtype != np.float32))
-    g1 = _screen_grid(n, k)
+    g1, g2 = _screen_grids(n, k)
     _screen_workspace(n, k, g1, stream)
-    argmax_workspace(1, g1, stream)
+    argmax_workspace(1, g2, stream)
 
 
 def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> None:
@@ -866,7 +862,7 @@ def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> No
     argmax=argmax) gives it (the same winner, bit for bit), without its logits: an int8 pass over
     ``table`` (screen_table(w)) bounds every logit, and only the rows that may win are formed
     exactly (kernels/lm_screen.cu). x float32 [1, K]; w [N, K] float32 or bf16 bits; ln = (g, b, eps);
-    argmax = (ids, advance, host_out) as gemv_nt's. One launch, programmatic."""
+    argmax = (ids, advance, host_out) as gemv_nt's. Two launches, both programmatic."""
     _check_array(x, "x", 2)
     if x.shape[0] != 1:
         raise ValueError(f"the screened LM head takes one token; x has {x.shape[0]} rows")
@@ -888,11 +884,15 @@ def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> No
     if argmax is None:
         raise ValueError("the screened LM head gives only the argmax: argmax = (ids, advance, host_out) is required")
     bf16 = w.dtype != np.float32
-    g1 = _screen_grid(n, k)
-    ub, lb_part, h, lb_max = _screen_workspace(n, k, g1, stream)
+    g1, g2 = _screen_grids(n, k)
+    ub, lb_part, h = _screen_workspace(n, k, g1, stream)
     head_defines = _gemv_nt_defines(n, k, 1, bf16)
     wpr, _ = gemv_nt_plan(n, k, _cpt(w), 1, bf16, True, defines=head_defines)  # the full head's split of K
-    args = (x, table.q, table.rowp, g, b, np.float32(eps), _i32(n, "N"), _i32(k, "K"), ub, lb_part, h, w,
-            np.int32(wpr), lb_max) + _gemv_argmax_args(argmax, 1, g1, stream)
-    launch(kernel("lm_screen", f"lm_screen_{'bf16' if bf16 else 'f32'}", _screen_defines(n, k, bf16)), (g1, 1, 1),
-           (_GEMV_NT_THREADS, 1, 1), args, 3 * k * 4 + 2 * k, stream, programmatic=True)
+    defines = _screen_defines(n, k, bf16)
+    launch(kernel("lm_screen", "lm_screen", defines), (g1, 1, 1), (_GEMV_NT_THREADS, 1, 1),
+           (x, table.q, table.rowp, g, b, np.float32(eps), _i32(n, "N"), _i32(k, "K"), ub, lb_part, h),
+           3 * k * 4 + 2 * k, stream, programmatic=True)
+    args = (w, h, ub, lb_part, _i32(g1, "G1"), _i32(n, "N"), _i32(k, "K"), np.int32(wpr))
+    args += _gemv_argmax_args(argmax, 1, g2, stream)
+    launch(kernel("lm_screen", f"lm_rescore_{'bf16' if bf16 else 'f32'}", defines), (g2, 1, 1),
+           (_GEMV_NT_THREADS, 1, 1), args, k * 4, stream, programmatic=True)
