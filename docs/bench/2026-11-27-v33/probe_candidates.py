@@ -26,7 +26,7 @@ for label, weights in (("ModelWeights.random", ModelWeights.random(SIZES["gpt2"]
     for prec in ("bf16", "fp32"):
         r = make_runner(weights, "cuda", prec)
         n, k = r.wte_dec.shape
-        g1 = L._screen_grid(n, k)
+        g1 = L._screen_grids(n, k)[0]
         rows_blk = 8 * 8  # 8 warps x LM_SCREEN_ROWS (J <= 4)
         blk = (np.arange(n) % (g1 * rows_blk)) // rows_blk  # each row's screen block
         cache = r.new_cache(1)
