@@ -15,14 +15,10 @@ extern "C" __global__ void embedding_f32(
     const float* __restrict__ wte,  // [vocab, D]
     const float* __restrict__ wpe,  // [n_ctx, D]
     float* __restrict__ x,          // [T, D]
-    int D,
-    int* __restrict__ zero,         // [n_zero] set to 0 (a decode step's gate counts, cuda_linear.GateChain), or NULL
-    int n_zero) {
+    int D) {
     pdl_trigger();
     pdl_wait();
     const int t = blockIdx.x;
-    if (t == 0)
-        for (int i = threadIdx.x; i < n_zero; i += blockDim.x) zero[i] = 0;
     const float4* e = reinterpret_cast<const float4*>(wte + (long long)ids[t] * D);
     const float4* p = reinterpret_cast<const float4*>(wpe + (long long)pos[t] * D);
     float4* o = reinterpret_cast<float4*>(x + (long long)t * D);

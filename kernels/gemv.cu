@@ -468,38 +468,6 @@ struct GemvArgmax {
     int* host_out;  // [M] mapped host memory, or NULL
 };
 
-// The decode step's weight-load gate (GemvGate; gpt2block: cuda_linear's gate chain at one token): a kernel
-// with wait >= 0 holds its weight loads until every block of the kernel before it has its activations
-// (cnt[wait] >= wait_n) or GEMV_GATE_NS have passed; a kernel with sig >= 0 adds 1 to cnt[sig] once its own
-// activations have landed. So the next kernel's weights stream in while this one works, not while it
-// reads its x. Only a timing hint: with any counts the results are the same.
-#ifndef GEMV_GATE_NS
-#define GEMV_GATE_NS 3000
-#endif
-struct GemvGate {
-    int* cnt;    // [slots], or NULL: no gate
-    int wait;    // the slot to wait on, or -1
-    int wait_n;  // the count that opens it
-    int sig;     // the slot to signal, or -1
-};
-__device__ __forceinline__ void gemv_gate_wait(const GemvGate g) {
-    if (g.cnt != nullptr && g.wait >= 0) {
-        if (threadIdx.x == 0) {
-            const volatile int* c = g.cnt + g.wait;
-            unsigned long long t0, t;
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-            do {
-                if (*c >= g.wait_n) break;
-                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-            } while (t - t0 < GEMV_GATE_NS);
-        }
-        __syncthreads();
-    }
-}
-__device__ __forceinline__ void gemv_gate_signal(const GemvGate g) {
-    if (g.cnt != nullptr && g.sig >= 0 && threadIdx.x == 0) atomicAdd(g.cnt + g.sig, 1);
-}
-
 // The block's end of the argmax: lane l holds the best of token l / (32 / MP)'s outputs it stored.
 template <int MP>
 __device__ __forceinline__ void gemv_argmax_finish(const GemvArgmax am, float best_v, int best_i, int M, int lane,
@@ -556,7 +524,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
                                              const float* __restrict__ bias, const float* R, float* y,
                                              const float* __restrict__ ln_g, const float* __restrict__ ln_b,
                                              int M, int N, int K, float eps, int wpr, GemvKv kv,
-                                             GemvArgmax am = GemvArgmax{}, GemvGate gate = GemvGate{nullptr, -1, 0, -1}) {
+                                             GemvArgmax am = GemvArgmax{}) {
     constexpr int CPT = GemvW<BF16>::CPT;
     typedef GemvNt<MP, BF16, LN && EPI == GEMV_EPI_NONE> Build;
     constexpr int ROWS = Build::ROWS;  // weight rows per warp at a time
@@ -624,7 +592,6 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     pdl_trigger();
     const int first = blockIdx.x * rows_blk;
     set_rows(first + group * ROWS);
-    gemv_gate_wait(gate);
     load_batch(k_lo + lane * CPT);  // weights only: before the wait
     epi_bias(first + group * ROWS);
     if (LN) gemv_ln_stage_gb(ln_g, ln_b, xs + M * K, K);
@@ -637,7 +604,6 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             gemv_ln_row_block(x, xs + K, xs, K, eps);
         else
             gemv_ln_rows(x, xs + M * K, xs, M, K, eps);
-        gemv_gate_signal(gate);  // x has landed in every thread (the LayerNorm's first barrier)
     }
 
     float best_v = NEG_INF_F32;  // ARGMAX: the best of this lane's stored outputs (token e_m)
@@ -692,7 +658,6 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
             if (k0 - lane * CPT >= k_hi) break;  // the warp's next batch would start past its slice
             load_batch(k0);
         }
-        if (!LN && n_blk == first) gemv_gate_signal(gate);  // thread 0's x read (its warp's products done)
 
         // HALVE: lane l gets row l / LPR's sum. Otherwise each row's MP sums by halving shuffles
         // (warp_sums): lane l gets token l / LPS's sum of every row, and keeps row r = l % LPS's
@@ -784,10 +749,8 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     extern "C" __global__ void __launch_bounds__(GEMV_NT_THREADS, GemvNt<mp, bf16, ln && epi == GEMV_EPI_NONE>::MIN_BLOCKS) \
         name##_m##mp(const float* __restrict__ x, const GemvW<bf16>::T* __restrict__ w,                          \
                      const float* __restrict__ bias, const float* R, float* y, const float* __restrict__ ln_g,   \
-                     const float* __restrict__ ln_b, int M, int N, int K, float eps, int wpr, int* gate_cnt,      \
-                     int gate_wait, int gate_wait_n, int gate_sig) {                                             \
-        gemv_nt_body<bf16, epi, ln, false, mp>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, GemvKv{},      \
-                                               GemvArgmax{}, GemvGate{gate_cnt, gate_wait, gate_wait_n, gate_sig}); \
+                     const float* __restrict__ ln_b, int M, int N, int K, float eps, int wpr) {                  \
+        gemv_nt_body<bf16, epi, ln, false, mp>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, GemvKv{});     \
     }
 #define GEMV_NT_KERNEL(name, bf16, epi, ln)     \
     GEMV_IF_MP1(GEMV_NT_KERNEL_MP(name, bf16, epi, ln, 1))   \
@@ -820,11 +783,9 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
                      const float* __restrict__ bias, const float* R, float* y, const float* __restrict__ ln_g,   \
                      const float* __restrict__ ln_b, int M, int N, int K, float eps, int wpr,                    \
                      const int* __restrict__ seq, const int* __restrict__ pos, float* __restrict__ k_cache,      \
-                     float* __restrict__ v_cache, long long batch_stride, int* gate_cnt, int gate_wait,          \
-                     int gate_wait_n, int gate_sig) {                                                            \
+                     float* __restrict__ v_cache, long long batch_stride) {                                      \
         const GemvKv kv{seq, pos, k_cache, v_cache, batch_stride, N / 3};                                     \
-        gemv_nt_body<bf16, GEMV_EPI_BIAS, true, true, mp>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, kv,  \
-                                                          GemvArgmax{}, GemvGate{gate_cnt, gate_wait, gate_wait_n, gate_sig}); \
+        gemv_nt_body<bf16, GEMV_EPI_BIAS, true, true, mp>(x, w, bias, R, y, ln_g, ln_b, M, N, K, eps, wpr, kv); \
     }
 #define GEMV_NT_KV_KERNEL(name, bf16)     \
     GEMV_IF_MP1(GEMV_NT_KV_KERNEL_MP(name, bf16, 1))   \

@@ -42,7 +42,6 @@ argmax, so its own time per step (launch, Python) hides under the GPU's.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Optional, Sequence
 
 import cupy as cp
@@ -60,8 +59,6 @@ MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
 HEAD_ARGMAX = True  # at batch 1 the decode LM head GEMV takes the argmax itself (version 21); False: argmax_rows_f32
 SCREEN_HEAD = True  # greedy steps at batch 1 that need no logits take the argmax through the LM head's
                     # int8 screen (cuda_linear.lm_head_screened; version 28); False: the full head
-DECODE_GATE = True  # batch 1: the step's GEMVs hold their weight loads while the kernel before reads its x
-                    # (cuda_linear.GateChain); False: every GEMV loads its weights as soon as it starts
 FUSED_AUTO_MIN_D = 1600  # fused_decode="auto": only gpt2-xl with bf16 weights is faster fused (version 17)
 
 
@@ -196,7 +193,6 @@ class CudaRunner(Runner):
         self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
         self._fwd = None  # forward_device's graphs (_ForwardGraphs), made at its first call
         self._screen = None  # cuda_linear.ScreenTable of wte_dec, made at the first screened step
-        self._gate_cnt = cp.zeros(4 * c.n_layer, cp.int32)  # a batch-1 step's gate counts (GateChain: 3 a layer)
 
     def new_cache(self, batch: int) -> CudaCache:
         return CudaCache(batch, self.config)
@@ -312,20 +308,12 @@ class CudaRunner(Runner):
         d_ids, d_seq, d_pos, d_len = step[0], step[1], step[2], step[3]
         # a plain launch (cuda_ops.embedding): the step's kernels after it find every earlier step
         # finished, which attention_decode_f32 relies on (it reads lengths and older keys early)
-        gate = DECODE_GATE and b == 1 and not self._fused_fits(b)
-        cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:b], zero=self._gate_cnt if gate else None)
+        cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:b])
         if self._fused_fits(b):
             ws = self.ws
             self._fused.launch(self.x[:b], ws.qkv[:b], ws.att[:b], ws.f[:b], cache.kv, d_seq, d_pos, d_len)
             self._decode_head(cache, b, step, host_out, logits)
             return
-        with cuda_linear.gate_chain(self._gate_cnt) if gate else contextlib.nullcontext():
-            self._decode_layers_gemv(cache, b, d_seq, d_pos, d_len)
-        self._decode_head(cache, b, step, host_out, logits)
-
-    def _decode_layers_gemv(self, cache: "CudaCache", b: int, d_seq, d_pos, d_len) -> None:
-        """The decode step's blocks, five kernels each (the GEMVs at up to GEMV_MAX_M tokens, else run_block)."""
-        c = self.config
         for layer, w in enumerate(self.block_views):
             k_cache, v_cache = cache.kv[0, layer, 0], cache.kv[0, layer, 1]
             store = lambda qkv: cuda_ops.kvcache_store(  # noqa: E731
@@ -340,6 +328,7 @@ class CudaRunner(Runner):
             else:
                 run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                           attend=attend, after_qkv=store, planes=self._planes(layer))
+        self._decode_head(cache, b, step, host_out, logits)
 
     def _planes(self, layer: int):
         return None if self.planes is None else self.planes[layer]

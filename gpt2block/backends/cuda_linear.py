@@ -513,54 +513,6 @@ def gemv(x, w, bias, out, *, epilogue="bias", residual=None, stream=None):
            stream)  # the k-major kernels' build alone
 
 
-class GateChain:
-    """The weight-load gate of one decode step's one-token GEMVs (kernels/gemv.cu, GemvGate), assigned as the
-    step's launches are made (gemv_nt, while gate_chain() is open): the attention projection, ln_2 + FC and the
-    MLP projection add to a slot of ``cnt`` once their activations have landed; ln_2 + FC, the MLP projection
-    and the next layer's ln_1 + QKV hold their weight loads until the kernel just before them has counted all
-    its blocks there (or a timeout). cnt must be zero at the step's start (the step's embedding zeroes it)."""
-
-    WAITS = ("fc", "mlp_proj", "qkv")
-    SIGNALS = ("proj", "fc", "mlp_proj")
-
-    def __init__(self, cnt):
-        self.cnt = cnt
-        self.next_slot = 0
-        self.last = None  # (slot, blocks) of the launch just before, when it signals
-
-    def args(self, n: int, k: int, grid: int) -> tuple:
-        kind = _nt_kind(n, k)
-        wait, wait_n = self.last if kind in self.WAITS and self.last is not None else (-1, 0)
-        sig = -1
-        if kind in self.SIGNALS:
-            if self.next_slot >= self.cnt.size:
-                raise ValueError(f"the gate chain has {self.cnt.size} slots; this step needs more")
-            sig, self.next_slot = self.next_slot, self.next_slot + 1
-        self.last = (sig, grid) if sig >= 0 else None
-        return self.cnt, np.int32(wait), np.int32(wait_n), np.int32(sig)
-
-
-_gate_chain: GateChain | None = None
-
-
-@contextlib.contextmanager
-def gate_chain(cnt):
-    """One decode step's one-token GEMVs gated (GateChain) while open; cnt int32 [slots], zero at the step's
-    start."""
-    global _gate_chain
-    _gate_chain = GateChain(cnt)
-    try:
-        yield _gate_chain
-    finally:
-        _gate_chain = None
-
-
-def _nt_kind(n: int, k: int) -> str:
-    """A decode product's kind by its shape [N, K]: "qkv", "proj" (the attention projection), "fc",
-    "mlp_proj", or "other" (the LM head)."""
-    return {3 * k: "qkv", k: "proj", 4 * k: "fc"}.get(n, "mlp_proj" if k == 4 * n else "other")
-
-
 def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=None, argmax=None, stream=None):
     """out[M,N] = epi(x'[M,K] @ w[N,K]^T (+ bias[N])) for M <= GEMV_MAX_M; w float32 or bf16 bits
     holding W transposed (one contiguous row per output); K a multiple of 4 (float32) or 8 (bf16).
@@ -652,10 +604,6 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps), np.int32(wpr)) + kv_args
     if ln is not None and epilogue is None:  # the LM head's build: its argmax, or NULLs for none
         args += _gemv_argmax_args(argmax, m, grid, stream)
-    elif _gate_chain is not None and m == 1:
-        args += _gate_chain.args(n, k, grid)
-    else:
-        args += (_NULL, np.int32(-1), np.int32(0), np.int32(-1))
     # the normalized rows, then g and b (gemv_ln_rows)
     smem = (m + 2) * k * 4 if ln is not None else 0
     # the build of mp's kernels alone (GEMV_BUILD_MP: a first run compiles only the token counts it uses)

@@ -91,21 +91,16 @@ def layernorm(x, g, b, y, eps: float, blocks: int | None = None) -> None:
            (x, g, b, y, cp.int32(rows), cp.int32(d), cp.int32(xs), cp.int32(ys), cp.float32(eps)), programmatic=True)
 
 
-def embedding(ids, pos, wte, wpe, x, zero=None) -> None:
-    """x[t] = wte[ids[t]] + wpe[pos[t]]: ids, pos int32 [T] on the device, x [T, D]; ``zero`` (int32, or
-    None) set to zeros too (a decode step's gate counts, cuda_linear.GateChain)."""
+def embedding(ids, pos, wte, wpe, x) -> None:
+    """x[t] = wte[ids[t]] + wpe[pos[t]]: ids, pos int32 [T] on the device, x [T, D]."""
     t, d = _f32("x", x, 2).shape
     if ids.dtype != cp.int32 or pos.dtype != cp.int32 or ids.shape != (t,) or pos.shape != (t,):
         raise ValueError(f"ids and pos must be int32 of shape ({t},)")
-    if zero is not None and (not isinstance(zero, cp.ndarray) or zero.dtype != cp.int32 or zero.ndim != 1
-                             or not zero.flags.c_contiguous):
-        raise ValueError("zero must be a contiguous 1-D int32 CuPy array")
     k = kernel("embedding", "embedding_f32")
     # A plain launch, never programmatic: a decode step starts with it, so every earlier step has
     # finished when its later kernels start; attention_decode_f32 relies on that to read the
     # lengths and the older keys before its pdl_wait (kernels/attention.cu).
-    launch(k, (t,), (128,), (ids, pos, wte, wpe, x, cp.int32(d), np.uint64(0) if zero is None else zero,
-                             cp.int32(0 if zero is None else zero.size)))
+    launch(k, (t,), (128,), (ids, pos, wte, wpe, x, cp.int32(d)))
 
 
 def kvcache_store(qkv, seq, pos, k_cache, v_cache, batch_stride: int) -> None:
