@@ -412,8 +412,18 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
 #ifndef GEMV_LN_BLOCK_M1
 #define GEMV_LN_BLOCK_M1 1  // 0: one warp per row at one token as well (for measuring)
 #endif
-__device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, const float* gbs, float* xs, int K,
-                                                  float eps) {
+// The width the one-token build's LayerNorm is built for (GEMV_LN_K > 0; gpt2block: every LayerNorm launch's K,
+// the model's n_embd): its loops over the row's pieces then have a known trip count (at most one piece a
+// thread up to K = 1024), so no loop is left on the path from x's arrival to the products. A build with
+// GEMV_LN_K > 0 takes only LayerNorm launches of K == GEMV_LN_K (the host's contract); 0 takes any K. The
+// same pieces, sums and order either way, so the same bits.
+#ifndef GEMV_LN_K
+#define GEMV_LN_K 0
+#endif
+template <int KC>  // KC > 0: K == KC
+__device__ __forceinline__ void gemv_ln_row_block_k(const float* __restrict__ x, const float* gbs, float* xs, int K_,
+                                                    float eps) {
+    const int K = KC > 0 ? KC : K_;
     __shared__ double part[GEMV_NT_WARPS][2];  // each warp's sum and sum of squares
     const int tid = threadIdx.x, warp = tid >> 5, K4 = K >> 2;
     float4* xs4 = reinterpret_cast<float4*>(xs);
@@ -439,6 +449,10 @@ __device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, c
     const LnRow st = ln_row_stats(s, q, ln_inv_n(K), eps);
     for (int k = tid; k < K4; k += GEMV_NT_THREADS) xs4[k] = ln_apply4(xs4[k], st, gs4[k], bs4[k]);
     __syncthreads();
+}
+__device__ __forceinline__ void gemv_ln_row_block(const float* __restrict__ x, const float* gbs, float* xs, int K,
+                                                  float eps) {
+    gemv_ln_row_block_k<GEMV_LN_K>(x, gbs, xs, K, eps);
 }
 
 // The KV-cache destination of the _kv kernels: output n of row m in [D, 2D) is key n - D of

@@ -437,6 +437,10 @@ GEMV_NT_M1_F32_BLOCKS_BY_WIDTH = {1024: 4, 1600: 4}
 # One bf16 token likewise: its build's #defines by width (version 18, b1 tok/s: gpt2 5,280 -> 5,460 with 4
 # rows per warp (2 blocks per SM), medium 2,167 -> 2,369 with 4 blocks per SM; large best as it was).
 GEMV_NT_M1_BF16_BY_WIDTH = {768: (("GEMV_NT_ROWS_M1_BF16", 4),), 1024: (("GEMV_NT_MIN_BLOCKS_M1_BF16", 4),)}
+# One token: the builds' LayerNorm made for its K (GEMV_LN_K, kernels/gemv.cu: no loop over the row's pieces
+# left on its path), the launch's K where it has a LayerNorm, else the product's width min(N, K), so that a
+# model's one-token products (n_embd wide, every LayerNorm of K = n_embd) still share one build.
+GEMV_LN_K_BY_WIDTH = True
 _GEMV_BLOCKS_PER_SM = 4  # split-K target: about this many blocks per SM
 _workspaces: dict = {}
 
@@ -596,7 +600,9 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     name = (f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_nt" + ("_ln" if ln is not None else "")
             + (f"_{epilogue}" if epilogue else "") + ("_kv" if kv is not None else "")
             + f"_m{mp}")
-    defines = _gemv_nt_defines(n, k, mp, w.dtype != np.float32)
+    defines = _gemv_nt_defines(n, k, mp, w.dtype != np.float32, ln is not None)
+    if dict(defines).get("GEMV_LN_K", 0) not in (0, k) and ln is not None:  # NT_DEFINES may set it
+        raise ValueError(f"this build's LayerNorm is made for K = {dict(defines)['GEMV_LN_K']}; the launch has K = {k}")
     wpr, grid = gemv_nt_plan(n, k, cpt, mp, w.dtype != np.float32, ln is not None and epilogue is None,
                              defines=defines)
     args = (x, w, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
@@ -642,10 +648,10 @@ def _gemv_nt_tokens(m: int) -> int:
     return 1 if m == 1 else 2 if m == 2 else 4 if m <= 4 else 8
 
 
-def _gemv_nt_defines(n: int, k: int, mp: int, bf16: bool) -> tuple:
-    """The #defines of the nt kernel build for an [n, k] product at mp tokens: NT_DEFINES, and for one
-    token its settings by width (GEMV_NT_M1_F32_BLOCKS_BY_WIDTH, GEMV_NT_M1_BF16_BY_WIDTH), each unless
-    NT_DEFINES sets it."""
+def _gemv_nt_defines(n: int, k: int, mp: int, bf16: bool, ln: bool = False) -> tuple:
+    """The #defines of the nt kernel build for an [n, k] product at mp tokens (``ln``: with its LayerNorm):
+    NT_DEFINES, and for one token its settings by width (GEMV_NT_M1_F32_BLOCKS_BY_WIDTH,
+    GEMV_NT_M1_BF16_BY_WIDTH) and its LayerNorm's K (GEMV_LN_K_BY_WIDTH), each unless NT_DEFINES sets it."""
     if mp != 1:
         return NT_DEFINES
     width = min(n, k)
@@ -654,6 +660,8 @@ def _gemv_nt_defines(n: int, k: int, mp: int, bf16: bool) -> tuple:
     else:
         blocks = GEMV_NT_M1_F32_BLOCKS_BY_WIDTH.get(width)
         extra = () if blocks is None else (("GEMV_NT_MIN_BLOCKS_M1_F32", blocks),)
+    if GEMV_LN_K_BY_WIDTH:
+        extra += (("GEMV_LN_K", k if ln else width),)
     given = dict(NT_DEFINES)
     return NT_DEFINES + tuple(kv for kv in extra if kv[0] not in given)
 
@@ -805,7 +813,7 @@ def _screen_defines(n: int, k: int, bf16: bool) -> tuple:
     if j is not None and not 256 * int(j) >= k:  # an A/B build may set a wider J: correct, slower
         raise ValueError(f"SCREEN_DEFINES' LM_SCREEN_J = {j} takes K up to {256 * int(j)}; the head has K = {k}")
     own = () if j is not None else (("LM_SCREEN_J", -(-k // 256)),)
-    return _gemv_nt_defines(n, k, 1, bf16) + own + SCREEN_DEFINES
+    return _gemv_nt_defines(n, k, 1, bf16, ln=True) + own + SCREEN_DEFINES
 
 
 def screen_table(w, stream=None) -> ScreenTable:
@@ -886,7 +894,7 @@ def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> No
     bf16 = w.dtype != np.float32
     g1, g2 = _screen_grids(n, k)
     ub, lb_part, h = _screen_workspace(n, k, g1, stream)
-    head_defines = _gemv_nt_defines(n, k, 1, bf16)
+    head_defines = _gemv_nt_defines(n, k, 1, bf16, ln=True)
     wpr, _ = gemv_nt_plan(n, k, _cpt(w), 1, bf16, True, defines=head_defines)  # the full head's split of K
     defines = _screen_defines(n, k, bf16)
     launch(kernel("lm_screen", "lm_screen", defines), (g1, 1, 1), (_GEMV_NT_THREADS, 1, 1),
