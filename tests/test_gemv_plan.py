@@ -53,3 +53,42 @@ def test_half_chunk_rule_only_below_one_block_a_sm():
         if key != "768 bf16 m1 attn":
             assert k // wpr >= 32 * cpt, f"{key}: wpr {wpr} leaves lanes without a chunk"
         assert 1 <= wpr <= 8 and 1 <= grid
+
+
+_DEFINES_SNIPPET = r"""
+import json, sys
+from unittest import mock
+sys.modules["cupy"] = mock.MagicMock()
+sys.path.insert(0, sys.argv[1])
+from gpt2block.backends import cuda_linear as L
+out = {}
+for d in (768, 1024, 1280, 1600):
+    for bf16 in (False, True):
+        p = f"{d} {'bf16' if bf16 else 'f32'}"
+        # a decode step's one-token products (LayerNorm: QKV, FC, the LM head) and the screen's build
+        out[p] = [L._gemv_nt_defines(3 * d, d, 1, bf16, True), L._gemv_nt_defines(d, d, 1, bf16),
+                  L._gemv_nt_defines(4 * d, d, 1, bf16, True), L._gemv_nt_defines(d, 4 * d, 1, bf16),
+                  L._gemv_nt_defines(50257, d, 1, bf16, True)]
+        out[p + " screen"] = L._screen_defines(50257, d, bf16)
+out["ln 104 x 37"] = L._gemv_nt_defines(37, 104, 1, True, True)
+out["m2"] = L._gemv_nt_defines(3 * 768, 768, 2, True, True)
+print(json.dumps(out))
+"""
+
+
+def test_one_token_builds_layernorm_k_and_one_build_a_model():
+    """The one-token builds' LayerNorm is built for its K (GEMV_LN_K, kernels/gemv.cu): the launch's K where it
+    has a LayerNorm, else the product's width, so that a model's one-token products (QKV, the attention and MLP
+    projections, FC, the LM head) still share one build (a first run compiles one module a precision) and the
+    screen's build has the head's K; batched builds are not specialised."""
+    out = subprocess.run([sys.executable, "-c", _DEFINES_SNIPPET, str(ROOT)], capture_output=True, text=True,
+                         check=True)
+    got = json.loads(out.stdout)
+    for d in (768, 1024, 1280, 1600):
+        for prec in ("f32", "bf16"):
+            builds = {tuple(map(tuple, b)) for b in got[f"{d} {prec}"]}
+            assert len(builds) == 1, f"{d} {prec}: the one-token products take {len(builds)} builds"
+            assert dict(builds.pop())["GEMV_LN_K"] == d
+            assert dict(map(tuple, got[f"{d} {prec} screen"]))["GEMV_LN_K"] == d
+    assert dict(map(tuple, got["ln 104 x 37"]))["GEMV_LN_K"] == 104  # a LayerNorm's K, not the width 37
+    assert "GEMV_LN_K" not in dict(map(tuple, got["m2"]))
