@@ -1,6 +1,6 @@
 """cuda_linear.gemv_nt_plan, the one-token and batched nt GEMVs' grids (warps per row group, blocks) on a
-132-SM device, for every GPT-2 width's decode products: as measured best (docs/PERFORMANCE.md). Run in a
-subprocess with CuPy stubbed out (CI has none; the plan is host arithmetic)."""
+132-SM device, for every GPT-2 width's decode products: as measured best (docs/PERFORMANCE.md); and the
+one-token builds' #defines. Run in a subprocess with CuPy stubbed out (CI has none; both are host arithmetic)."""
 
 import json
 import subprocess
@@ -9,12 +9,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-_SNIPPET = r"""
+_HEAD = r"""
 import json, sys
 from unittest import mock
 sys.modules["cupy"] = mock.MagicMock()
 sys.path.insert(0, sys.argv[1])
 from gpt2block.backends import cuda_linear as L
+"""  # CuPy stubbed out: the plans and builds are host arithmetic
+
+_SNIPPET = _HEAD + r"""
 plans = {}
 for d in (768, 1024, 1280, 1600):
     for bf16 in (False, True):
@@ -27,8 +30,12 @@ print(json.dumps(plans))
 
 
 def _plans() -> dict:
-    out = subprocess.run([sys.executable, "-c", _SNIPPET, str(ROOT)], capture_output=True, text=True, check=True)
-    return {k: tuple(v) for k, v in json.loads(out.stdout).items()}
+    return {k: tuple(v) for k, v in _run(_SNIPPET).items()}
+
+
+def _run(snippet: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", snippet, str(ROOT)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
 
 
 def test_gpt2_one_token_plans():
@@ -55,12 +62,7 @@ def test_half_chunk_rule_only_below_one_block_a_sm():
         assert 1 <= wpr <= 8 and 1 <= grid
 
 
-_DEFINES_SNIPPET = r"""
-import json, sys
-from unittest import mock
-sys.modules["cupy"] = mock.MagicMock()
-sys.path.insert(0, sys.argv[1])
-from gpt2block.backends import cuda_linear as L
+_DEFINES_SNIPPET = _HEAD + r"""
 out = {}
 for d in (768, 1024, 1280, 1600):
     for bf16 in (False, True):
@@ -81,9 +83,7 @@ def test_one_token_builds_layernorm_k_and_one_build_a_model():
     has a LayerNorm, else the product's width, so that a model's one-token products (QKV, the attention and MLP
     projections, FC, the LM head) still share one build (a first run compiles one module a precision) and the
     screen's build has the head's K; batched builds are not specialised."""
-    out = subprocess.run([sys.executable, "-c", _DEFINES_SNIPPET, str(ROOT)], capture_output=True, text=True,
-                         check=True)
-    got = json.loads(out.stdout)
+    got = _run(_DEFINES_SNIPPET)
     for d in (768, 1024, 1280, 1600):
         for prec in ("f32", "bf16"):
             builds = {tuple(map(tuple, b)) for b in got[f"{d} {prec}"]}
