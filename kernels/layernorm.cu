@@ -3,11 +3,12 @@
 //   y[r, :] = (x[r, :] - mean) / sqrt(var + eps) * g + b,   var = mean((x - mean)^2)   (biased, divide by D)
 //
 // The row is held in registers (float4 per lane, LN_MAX_VEC of them), so the variance is a
-// true second pass over (x - mean): no E[x^2] - E[x]^2, which loses everything on the
+// second pass over the row shifted by its mean: no E[x^2] - E[x]^2, which loses everything on the
 // residual-stream rows of trained GPT-2 whose values reach the thousands. The mean is found in
-// two steps: c from fp32 lane sums, then m, the mean of x - c; both subtractions are made on
-// the registers, so x - mean is x - c - m with m small (a row whose mean is 2000 keeps its small
-// deviations). Each lane sums the values in fp32 and the squares in fp32 four at a time, then
+// two steps: c from fp32 lane sums, then m, the mean of x - c, summed beside the squares of x - c
+// (var = E[(x - c)^2] - m^2, with m a few ulps of the mean: nothing cancels); both subtractions are
+// made on the registers, so x - mean is x - c - m with m small (a row whose mean is 2000 keeps its
+// small deviations). Each lane sums the values in fp32 and the squares in fp32 four at a time, then
 // in float64; the 32 lane sums are added in float64. Conversions to and from float64 run at a
 // quarter of the FP64 rate on sm_90: this kernel makes one per four elements (it made four per
 // element before, and was slower).
@@ -120,6 +121,14 @@ __device__ __forceinline__ void ln_shift(float4 (&v)[LN_MAX_VEC], float c, int n
     }
 }
 
+// The statistics in two warp sums (1) or three (0, for measuring): after the first, whose mean c is the
+// fp32 lane sums' and so within a few ulps of the row's mean, the second adds the deviations v - c and
+// their squares side by side (two float64 butterflies interleaved) and takes var = E[(v - c)^2] - m^2,
+// m = E[v - c], where m^2 is far below the variance's rounding; three put m first and square v - c - m.
+#ifndef LN_STATS_TWO_SUMS
+#define LN_STATS_TWO_SUMS 1
+#endif
+
 // The row in v (one warp's registers) normalized -> y[row]; v is used up (left centred).
 __device__ __forceinline__ void ln_row(float4 (&v)[LN_MAX_VEC], const float* __restrict__ g,
                                        const float* __restrict__ b, float* __restrict__ y, int row,
@@ -128,16 +137,36 @@ __device__ __forceinline__ void ln_row(float4 (&v)[LN_MAX_VEC], const float* __r
     // next to the row's spread, so its rounding to fp32 costs nothing visible
     const float c = (float)(warp_sum((double)ln_lane_sum(v, nvec, lane)) / D);
     ln_shift(v, c, nvec, lane);
-    const float m = (float)(warp_sum((double)ln_lane_sum(v, nvec, lane)) / D);
-    ln_shift(v, m, nvec, lane);  // v = x - mean
-    // squares summed in fp32 four at a time, then in float64: a row of a few huge values among
-    // many small ones (the trained residual stream) keeps the small ones' share of the variance
-    double sq = 0.0;
+    float rstd;
+    if (LN_STATS_TWO_SUMS) {
+        // squares summed in fp32 four at a time, then in float64 (as below), beside the deviations
+        double sq = 0.0;
 #pragma unroll
-    for (int i = 0; i < LN_MAX_VEC; ++i)
-        if (lane + 32 * i < nvec)
-            sq += (double)((v[i].x * v[i].x + v[i].y * v[i].y) + (v[i].z * v[i].z + v[i].w * v[i].w));
-    const float rstd = (float)(1.0 / sqrt(warp_sum(sq) / D + (double)eps));
+        for (int i = 0; i < LN_MAX_VEC; ++i)
+            if (lane + 32 * i < nvec)
+                sq += (double)((v[i].x * v[i].x + v[i].y * v[i].y) + (v[i].z * v[i].z + v[i].w * v[i].w));
+        double sd = (double)ln_lane_sum(v, nvec, lane);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {  // warp_sum of both, interleaved
+            sd += __shfl_xor_sync(0xffffffffu, sd, o);
+            sq += __shfl_xor_sync(0xffffffffu, sq, o);
+        }
+        const double md = sd / D;
+        const float m = (float)md;
+        ln_shift(v, m, nvec, lane);  // v = x - mean
+        rstd = (float)(1.0 / sqrt(fmax(sq / D - md * md, 0.0) + (double)eps));
+    } else {
+        const float m = (float)(warp_sum((double)ln_lane_sum(v, nvec, lane)) / D);
+        ln_shift(v, m, nvec, lane);  // v = x - mean
+        // squares summed in fp32 four at a time, then in float64: a row of a few huge values among
+        // many small ones (the trained residual stream) keeps the small ones' share of the variance
+        double sq = 0.0;
+#pragma unroll
+        for (int i = 0; i < LN_MAX_VEC; ++i)
+            if (lane + 32 * i < nvec)
+                sq += (double)((v[i].x * v[i].x + v[i].y * v[i].y) + (v[i].z * v[i].z + v[i].w * v[i].w));
+        rstd = (float)(1.0 / sqrt(warp_sum(sq) / D + (double)eps));
+    }
 
     const float4* g4 = reinterpret_cast<const float4*>(g);
     const float4* b4 = reinterpret_cast<const float4*>(b);
