@@ -42,20 +42,13 @@ __device__ __forceinline__ void argmax_block(float& bv, int& bi, float* sv, int*
 // host_out[r] too when given (mapped host memory), and when step is given (a decode step's ints
 // [4, rows]: ids, seq, pos, lengths) the next greedy step's: ids[r] = the winner, pos[r] + 1,
 // lengths[r] + 1 (seq unchanged).
-// argmax_write_loaded: the same with row r's position and length already loaded (pos, len: step[2 rows + r]
-// and step[3 rows + r], unused without step), so that their round trip can be taken earlier.
-__device__ __forceinline__ void argmax_write_loaded(int* out, int* step, int* host_out, int r, int rows, int bi,
-                                                    int pos, int len) {
+__device__ __forceinline__ void argmax_write(int* out, int* step, int* host_out, int r, int rows, int bi) {
     const int id = bi == ARGMAX_NONE ? 0 : bi;
     out[r] = id;
     if (host_out != nullptr) host_out[r] = id;
     if (step != nullptr) {
         step[r] = id;
-        step[2 * rows + r] = pos + 1;
-        step[3 * rows + r] = len + 1;
+        step[2 * rows + r] += 1;
+        step[3 * rows + r] += 1;
     }
-}
-__device__ __forceinline__ void argmax_write(int* out, int* step, int* host_out, int r, int rows, int bi) {
-    const int pos = step != nullptr ? step[2 * rows + r] : 0, len = step != nullptr ? step[3 * rows + r] : 0;
-    argmax_write_loaded(out, step, host_out, r, rows, bi, pos, len);
 }

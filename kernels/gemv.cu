@@ -490,16 +490,6 @@ __device__ __forceinline__ void gemv_argmax_finish(const GemvArgmax am, float be
     __shared__ float sv[GEMV_NT_WARPS * 8];  // [warp][token], then argmax_block's scratch
     __shared__ int si[GEMV_NT_WARPS * 8];
     __shared__ int is_last;
-#ifndef GEMV_ARGMAX_PRELOAD_STEP
-#define GEMV_ARGMAX_PRELOAD_STEP 1
-#endif
-    // the step's position and length, loaded now so that their round trip overlaps the ticket's (only this
-    // kernel's last block writes them)
-    int pre_pos = 0, pre_len = 0;
-    if (GEMV_ARGMAX_PRELOAD_STEP && am.step != nullptr && threadIdx.x < M) {
-        pre_pos = am.step[2 * M + threadIdx.x];
-        pre_len = am.step[3 * M + threadIdx.x];
-    }
     argmax_lanes(best_v, best_i, LPS);  // over the token's lanes
     const int e_m = lane / LPS;
     if (lane % LPS == 0 && e_m < M) { sv[warp * MP + e_m] = best_v; si[warp * MP + e_m] = best_i; }
@@ -533,10 +523,7 @@ __device__ __forceinline__ void gemv_argmax_finish(const GemvArgmax am, float be
             if (argmax_better(qv, qi, bv, bi)) { bv = qv; bi = qi; }
         }
         argmax_block(bv, bi, sv, si);
-        if (GEMV_ARGMAX_PRELOAD_STEP && threadIdx.x == 0 && m == 0)  // thread 0 loaded token 0's ints
-            argmax_write_loaded(am.out, am.step, am.host_out, 0, M, bi, pre_pos, pre_len);
-        else if (threadIdx.x == 0)
-            argmax_write(am.out, am.step, am.host_out, m, M, bi);
+        if (threadIdx.x == 0) argmax_write(am.out, am.step, am.host_out, m, M, bi);
     }
 }
 
