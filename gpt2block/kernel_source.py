@@ -18,7 +18,7 @@ from pathlib import Path
 
 # Sources that use one architecture's own instructions (wgmma), and that architecture: they are
 # compiled for it alone, and used only on devices of it.
-ARCH_SPECIFIC = {"gemm_wgmma": "sm_90a", "attention_wgmma": "sm_90a"}
+ARCH_SPECIFIC = {"gemm_wgmma": "sm_90a", "attention_wgmma": "sm_90a", "decode_cluster": "sm_90a"}
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*(//.*)?$')  # a trailing // comment is allowed
 _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*$")

@@ -50,7 +50,7 @@ import numpy as np
 from ..config import HEAD_DIM, GPT2Config
 from ..layout import block_layout
 from ..weights import ModelWeights
-from . import cuda_attention, cuda_decode, cuda_linear, cuda_modules, cuda_ops
+from . import cuda_attention, cuda_cluster, cuda_decode, cuda_linear, cuda_modules, cuda_ops
 from .base import Cache, Runner, check_ids
 
 # precision mode -> (GEMM variant, attention variant); bf16 mode stores the decode matrices as bf16
@@ -145,7 +145,7 @@ class CudaRunner(Runner):
     backend = "cuda"
 
     def __init__(self, weights: ModelWeights, precision: str = "fp32", use_graphs: bool = True,
-                 programmatic: bool = True, fused_decode: bool | str = "auto", wgmma: bool | str = "auto"):
+                 programmatic: bool = True, fused_decode: bool | str = "auto", wgmma: bool | str = "auto", cluster_decode: bool = True):
         if precision not in VARIANTS:
             raise ValueError(f"cuda backend precision must be one of {', '.join(VARIANTS)}; got {precision!r}")
         self.precision = precision
@@ -190,6 +190,10 @@ class CudaRunner(Runner):
             raise ValueError(f"fused_decode must be True, False or 'auto'; got {fused_decode!r}")
         self.fused_decode = fused_decode  # decode batches that fit run all blocks in decode_layers_*
         self._fused = None  # cuda_decode.DecodeLayers, built at the first fused step
+        if cluster_decode not in (True, False):
+            raise ValueError(f"cluster_decode must be True or False; got {cluster_decode!r}")
+        self.cluster_decode = cluster_decode  # batch-1 steps that fit run all blocks in decode_cluster
+        self._cluster = None  # cuda_cluster.DecodeClusters, built at the first batch-1 step
         self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
         self._fwd = None  # forward_device's graphs (_ForwardGraphs), made at its first call
         self._screen = None  # cuda_linear.ScreenTable of wte_dec, made at the first screened step
@@ -309,6 +313,10 @@ class CudaRunner(Runner):
         # a plain launch (cuda_ops.embedding): the step's kernels after it find every earlier step
         # finished, which attention_decode_f32 relies on (it reads lengths and older keys early)
         cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:b])
+        if self._cluster_fits(b):
+            self._cluster.launch(self.x[:1], cache.kv, d_seq, d_pos, d_len)
+            self._decode_head(cache, b, step, host_out, logits)
+            return
         if self._fused_fits(b):
             ws = self.ws
             self._fused.launch(self.x[:b], ws.qkv[:b], ws.att[:b], ws.f[:b], cache.kv, d_seq, d_pos, d_len)
@@ -359,6 +367,15 @@ class CudaRunner(Runner):
         cuda_linear.screen_prepare(self.wte_dec, self.stream)
         if self._screen is None:
             self._screen = cuda_linear.screen_table(self.wte_dec, self.stream)
+
+    def _cluster_fits(self, b: int) -> bool:
+        """Whether this step runs its blocks in the one decode_cluster kernel (batch 1, bf16 weights,
+        gpt2's width, a device that holds every cluster at once)."""
+        if b != 1 or not self.cluster_decode:
+            return False
+        if self._cluster is None:
+            self._cluster = cuda_cluster.DecodeClusters(self.block_views, self.dec_mats, self.config)
+        return self._cluster.fits()
 
     def _fused_fits(self, b: int) -> bool:
         """Whether this step runs its blocks in the one decode_layers kernel."""

@@ -97,7 +97,27 @@ def launch_programmatic(func_ptr: int, name: str, grid, block, args, shared_mem:
     lib = _lib()
     # params points into values, alive until this function returns; the launch copies them
     rc = lib.cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(func_ptr), params, None)
+    _check(rc, f"{name}: cuLaunchKernelEx")
+
+
+def _check(rc: int, what: str) -> None:
+    """Raise with the driver's name of the error code rc (0: success)."""
     if rc != 0:
         msg = ctypes.c_char_p()
-        lib.cuGetErrorName(rc, ctypes.byref(msg))
-        raise RuntimeError(f"{name}: cuLaunchKernelEx failed with {(msg.value or b'?').decode()} ({rc})")
+        _lib().cuGetErrorName(rc, ctypes.byref(msg))
+        raise RuntimeError(f"{what} failed with {(msg.value or b'?').decode()} ({rc})")
+
+
+def max_active_clusters(func_ptr: int, grid, block, shared_mem: int) -> int:
+    """cuOccupancyMaxActiveClusters: how many clusters of the CUfunction ``func_ptr`` (its cluster
+    shape compiled in, __cluster_dims__) can be resident at once with this block and dynamic shared
+    memory (the function's opt-in shared-memory attribute must already allow it)."""
+    lib = _lib()
+    fn = lib.cuOccupancyMaxActiveClusters  # (CUDA 11.8 and later drivers)
+    fn.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.POINTER(LaunchConfig)]
+    fn.restype = ctypes.c_int
+    dims = [int(v) for v in grid] + [1] * (3 - len(grid)) + [int(v) for v in block] + [1] * (3 - len(block))
+    cfg = LaunchConfig(*dims, int(shared_mem), None, None, 0)
+    n = ctypes.c_int(0)
+    _check(fn(ctypes.byref(n), ctypes.c_void_p(func_ptr), ctypes.byref(cfg)), "cuOccupancyMaxActiveClusters")
+    return int(n.value)

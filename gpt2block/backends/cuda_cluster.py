@@ -1,0 +1,122 @@
+"""The one-token decode step in thread block clusters: every transformer block of a batch-1 step
+with bf16 weights in one persistent kernel, one cluster of CLUSTER blocks per head
+(kernels/decode_cluster.cu, which says why and how).
+
+``DecodeClusters(block_views, dec_mats, config)`` packs the model's decode matrices once into the
+kernel's order (each block's share of a layer one contiguous stretch: ``pack_matrices``, which the
+CPU tests check against the kernel's description) and owns the kernel's scratch (the projections'
+partials and the launch count that flags them). ``fits()`` says whether this device and model can run it: bf16 weights,
+n_embd == WIDTH, compute capability 9.0, and every cluster resident at once (the driver's count of
+co-resident clusters for the kernel's shared memory). ``launch`` runs the step's layers on x in place.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import HEAD_DIM, GPT2Config
+from . import cuda_launch
+
+CLUSTER = 8  # DC_C: blocks per cluster (one cluster per head)
+WIDTH = 768  # DC_D: the width the kernel is built for (gpt2)
+THREADS = 256  # DC_THREADS
+PART = 68  # DC_PART
+GROUPS = THREADS // 16  # DC_GROUPS
+DEFINES: tuple = ()  # extra #defines of decode_cluster.cu (A/B switches: DC_COUNTER, DC_TRIGGER, DC_TRACE)
+VECTORS = ("ln1_g", "ln1_b", "b_attn", "ln2_g", "ln2_b", "b_proj")  # a layer's vector slot, in order
+
+
+def smem_bytes(d: int = WIDTH) -> int:
+    """DC_SMEM: the kernel's dynamic shared memory (decode_cluster.cu lists the pieces)."""
+    e = block_share(d)
+    floats = 2 * 6 * d + 2 * d + 3 * HEAD_DIM + (GROUPS + CLUSTER) * PART + HEAD_DIM + 4 * HEAD_DIM
+    return 2 * e + 4 * floats + 8 * 2 * (THREADS // 32) + 8 * 6
+
+
+def block_share(d: int) -> int:
+    """DC_E: bf16 elements of one block's share of a layer (QKV, W_attn, W_fc, W_proj)."""
+    qr, o_rows, f_rows = HEAD_DIM // CLUSTER, d // CLUSTER, 4 * HEAD_DIM // CLUSTER
+    return 3 * qr * d + o_rows * HEAD_DIM + f_rows * d + o_rows * 4 * HEAD_DIM
+
+
+def pack_matrices(xp, w_qkv, w_attn, w_fc, w_proj):
+    """One layer's decode matrices ([N, K], as the runner keeps them) in the kernel's order:
+    [H, CLUSTER, DC_E], block (c, r)'s share contiguous: q, k, v rows 64c + 8r + j of w_qkv [3][8][D];
+    rows 96r + i, columns 64c + j of w_attn [96][64]; rows 256c + 32r + i of w_fc [32][D]; rows 96r + i,
+    columns 256c + j of w_proj [96][256] (at D = 768). ``xp``: numpy or cupy."""
+    d = w_attn.shape[0]
+    h, c = d // HEAD_DIM, CLUSTER
+    qr, o_rows, f_rows, f_cols = HEAD_DIM // c, d // c, 4 * HEAD_DIM // c, 4 * HEAD_DIM
+    q = w_qkv.reshape(3, h, c, qr, d).transpose(1, 2, 0, 3, 4).reshape(h, c, -1)
+    o = w_attn.reshape(c, o_rows, h, HEAD_DIM).transpose(2, 0, 1, 3).reshape(h, c, -1)
+    f = w_fc.reshape(h, c, f_rows * d)
+    p = w_proj.reshape(c, o_rows, h, f_cols).transpose(2, 0, 1, 3).reshape(h, c, -1)
+    return xp.concatenate([q, o, f, p], axis=2)
+
+
+class DecodeClusters:
+    """The cluster decode kernel of one model (its weights) on the current device."""
+
+    def __init__(self, block_views, dec_mats, config: GPT2Config):
+        import cupy as cp
+
+        self.config = c = config
+        d = c.n_embd
+        self.ok_shape = d == WIDTH and dec_mats[0]["w_qkv"].dtype == np.uint16
+        self.kernel = None
+        self._fits = None
+        if not self.ok_shape:
+            return
+        self.wpk = cp.stack([pack_matrices(cp, m["w_qkv"], m["w_attn"], m["w_fc"], m["w_proj"]) for m in dec_mats])
+        self.vecs = cp.stack([cp.stack([w[k] for k in VECTORS]) for w in block_views])  # [L, 6, D]
+        self.bqf = cp.stack([cp.concatenate([w["b_qkv"], w["b_fc"]]) for w in block_views])  # [L, 7D]
+        h = d // HEAD_DIM
+        # the projections' partials as flagged values (float bits | flag << 32; flags are never 0) and the
+        # launch count the flags are made from
+        self.part1 = cp.zeros((h, d), cp.uint64)
+        self.part2 = cp.zeros((h, d), cp.uint64)
+        self.sync = cp.zeros(3, cp.uint32)  # the launch count (the flags' epoch), the grid counter, blocks out
+        self.grid = h * CLUSTER
+        self.smem = smem_bytes(d)
+
+    def fits(self) -> bool:
+        """Whether this model runs on this device in clusters (worked out once)."""
+        if self._fits is None:
+            self._fits = self._check()
+        return self._fits
+
+    def _check(self) -> bool:
+        import cupy as cp
+
+        if not self.ok_shape or int(cp.cuda.Device().compute_capability) < 90:
+            return False
+        if cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"] < self.smem:
+            return False
+        from .cuda_modules import kernel  # (CuPy: imported where the GPU is used, so the packing runs without it)
+
+        self.kernel = kernel("decode_cluster", "decode_cluster_bf16", DEFINES)
+        self.kernel.max_dynamic_shared_size_bytes = self.smem
+        n = cuda_launch.max_active_clusters(self.kernel.kernel.ptr, (self.grid, 1, 1), (THREADS, 1, 1), self.smem)
+        return n >= self.grid // CLUSTER
+
+    def launch(self, x, kv, seq, pos, lengths, stream=None) -> None:
+        """Every block on x [1, D] in place; kv: the cache [B, n_layer, 2, n_ctx, D]; seq, pos,
+        lengths: int32 [1] (cache row, position, keys to attend to)."""
+        if not self.fits():
+            raise ValueError("decode_cluster does not run this model on this device (DecodeClusters.fits)")
+        c = self.config
+        d = c.n_embd
+        if tuple(x.shape) != (1, d) or not x.flags.c_contiguous:
+            raise ValueError(f"x must be C-contiguous (1, {d}); got {x.shape}")
+        if kv.shape[1:] != (c.n_layer, 2, c.n_positions, d):
+            raise ValueError(f"kv must be [B, {c.n_layer}, 2, {c.n_positions}, {d}]; got {kv.shape}")
+        for name, arr in (("seq", seq), ("pos", pos), ("lengths", lengths)):
+            if arr.dtype != np.int32 or arr.shape != (1,):
+                raise ValueError(f"{name} must be int32 [1]; got {arr.dtype} {arr.shape}")
+        layer_stride = 2 * c.n_positions * d
+        args = (self.wpk, self.vecs, self.bqf, np.int32(c.n_layer), np.float32(c.layer_norm_epsilon), x, kv,
+                np.int64(c.n_layer * layer_stride), np.int64(layer_stride), np.int32(c.n_positions), seq, pos,
+                lengths, self.part1, self.part2, self.sync)
+        from .cuda_modules import launch
+
+        launch(self.kernel, (self.grid, 1, 1), (THREADS, 1, 1), args, self.smem, stream, programmatic=True)

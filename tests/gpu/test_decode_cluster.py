@@ -1,0 +1,118 @@
+"""The batch-1 decode step in thread block clusters (kernels/decode_cluster.cu): one step's logits
+against a float64 run of the NumPy reference on weights that bf16 holds exactly (so the judge has the
+very weights the kernel reads), across attention lengths (1, 2, 30, 100, 1024 and the 16- and
+128-key boundaries of its key split), judged against the five-kernel path's error; bit-repeatability
+between eager runs and graph replays with poisoned scratch; greedy decoding as the five kernels
+decode; where it does not run."""
+
+import numpy as np
+import pytest
+
+from gpt2block.backends import make_runner
+from gpt2block.config import GPT2Config
+from gpt2block.weights import ModelWeights
+
+VOCAB = 4096  # the LM head is not what is tested here
+POISON = 0x7FC00000_7FC00000  # NaN under the flag 0x7fc00000, a multiple of 128: no flag is (epoch * 128 + 2l + ph + 1)
+
+
+def _bf16_exact(a: np.ndarray) -> np.ndarray:
+    """a rounded to the nearest bf16 value (ties to even), kept as float32."""
+    u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return u.astype(np.uint32).view(np.float32)
+
+
+def _weights(d: int = 768, n_layer: int = 2, vocab: int = VOCAB) -> ModelWeights:
+    seed = int(np.random.default_rng().integers(0, 2**31))
+    w = ModelWeights.random(GPT2Config(n_layer=n_layer, n_embd=d, n_head=d // 64, vocab_size=vocab), seed=seed)
+    return ModelWeights(w.config, _bf16_exact(w.blocks), _bf16_exact(w.wte), w.wpe, w.ln_f_g, w.ln_f_b)
+
+
+def _runner(weights, precision="bf16", cluster=True, graphs=True):
+    r = make_runner(weights, "cuda", precision)
+    r.cluster_decode, r.use_graphs = cluster, graphs
+    return r
+
+
+def _decode_once(runner, prompt, token):
+    cache = runner.new_cache(1)
+    if len(prompt):
+        runner.prefill(cache, 0, prompt)
+    return runner.decode(cache, np.array([token])).astype(np.float64)[0]
+
+
+@pytest.mark.parametrize("length", [1, 2, 16, 17, 30, 100, 128, 129, 1024])
+def test_cluster_step_matches_fp64(length):
+    w = _weights()
+    rng = np.random.default_rng()
+    seq = rng.integers(0, VOCAB, length)
+    ours_runner = _runner(w)
+    assert ours_runner._cluster_fits(1), "this case should run the cluster kernel"
+    ours = _decode_once(ours_runner, seq[:-1], seq[-1])
+    peer_runner = _runner(w, cluster=False)
+    assert not peer_runner._cluster_fits(1)
+    peer = _decode_once(peer_runner, seq[:-1], seq[-1])
+    judge = make_runner(w, "numpy", "fp64").forward(seq)[-1]
+    assert np.isfinite(ours).all()
+    e_ours, e_peer = np.abs(ours - judge).max(), np.abs(peer - judge).max()
+    print(f"length {length}: error vs fp64 cluster {e_ours:.3g}, five-kernel path {e_peer:.3g}")
+    assert e_ours <= 2 * e_peer + 1e-6, f"cluster error {e_ours:.3g} > 2 x the five-kernel path's {e_peer:.3g}"
+    assert ours.argmax() == judge.argmax()
+
+
+def test_cluster_repeats_bit_for_bit_and_ignores_poisoned_scratch(cp):
+    """Eager steps, graph replays and a second runner give identical bits; the partials poisoned with
+    NaN under a flag no launch uses change nothing; every step advances the launch count by one and
+    leaves the grid counter at zero."""
+    w = _weights(n_layer=3)
+    rng = np.random.default_rng()
+    prompt = rng.integers(0, VOCAB, 70)
+    toks = rng.integers(0, VOCAB, 5)
+    results = []
+    for graphs in (False, True, True):
+        r = _runner(w, graphs=graphs)
+        cache = r.new_cache(1)
+        r.prefill(cache, 0, prompt)
+        steps = []
+        for t in toks:
+            before = None
+            if r._cluster is not None:
+                r._cluster.part1.fill(POISON)
+                r._cluster.part2.fill(POISON)
+                before = int(r._cluster.sync[0])
+            steps.append(r.decode(cache, np.array([t])))
+            assert r._cluster is not None and (before is None or int(r._cluster.sync[0]) == before + 1)
+            assert int(r._cluster.sync[1]) == 0 and int(r._cluster.sync[2]) == 0
+        results.append(np.stack(steps))
+    assert np.isfinite(results[0]).all()
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_array_equal(results[0], results[2])
+
+
+def test_cluster_greedy_tokens_match_the_five_kernels():
+    """gpt2's shape (12 layers, the full vocabulary): greedy_steps (chained steps, the screened head)
+    give the five-kernel path's tokens, and the step's KV cache rows agree with it closely."""
+    w = _weights(n_layer=12, vocab=50257)
+    rng = np.random.default_rng()
+    prompt = rng.integers(0, 50257, 16)
+    out = {}
+    for cluster in (True, False):
+        r = _runner(w, cluster=cluster)
+        cache = r.new_cache(1)
+        first = r.prefill(cache, 0, prompt).argmax()
+        out[cluster] = [int(t[0]) for t in r.greedy_steps(cache, np.array([first]), max_steps=40)]
+        out[cluster, "kv"] = cache.kv[0, :, :, : int(cache.pos[0])].get()
+    assert out[True] == out[False]
+    np.testing.assert_allclose(out[True, "kv"], out[False, "kv"], atol=2e-4, rtol=0)
+
+
+@pytest.mark.parametrize("d, precision, batch, want", [
+    (768, "bf16", 1, True), (768, "bf16", 2, False), (768, "fp32", 1, False), (768, "tf32", 1, False),
+    (1024, "bf16", 1, False),
+])
+def test_cluster_runs_only_where_built(d, precision, batch, want):
+    r = _runner(_weights(d, n_layer=1), precision)
+    assert r._cluster_fits(batch) == want
+    r.cluster_decode = False
+    assert not r._cluster_fits(batch)
