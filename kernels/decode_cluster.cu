@@ -12,17 +12,19 @@
 //   A      h = LN1(x); q, k, v dims [8r, 8r + 8) of head c; K, V -> cache    DSMEM to the 8 blocks, cluster barrier
 //   B      head c's attention over keys p = 16 (8 i + r) + g (g: 16-lane     DSMEM partials (m, l, acc[64]),
 //          group), combined in the block, then over the cluster          cluster barrier
-//   C      part1[c][n] = att_c . W_attn^T[n, 64c : 64c + 64], n in r's 96     global, flagged values
+//   C      part1[c][n] = att_c . W_attn^T[n, 64c : 64c + 64], n in r's 96     global, grid counter
 //   D      x1 = x + b_attn + sum_c part1[c] (every block, fixed order);     DSMEM to the 8 blocks,
 //          f = gelu(LN2(x1) @ W_fc^T + b) for FC rows 256c + 32r + [0, 32)   cluster barrier
-//   E      part2[c][n] = f_c . W_proj^T[n, 256c : 256c + 256], n in r's 96  global, flagged values
+//   E      part2[c][n] = f_c . W_proj^T[n, 256c : 256c + 256], n in r's 96  global, grid counter
 //   (next layer's A starts with x = x1 + b_proj + sum_c part2[c], every block, fixed order)
 //
-// The global handoffs: each partial is a 64-bit word, the float and a flag naming the launch and the phase
-// (dc_flag), stored and loaded whole, so a reader could wait for exactly the values it sums and see them in
-// the same load; it waits on a grid counter first (DC_COUNTER, below: faster), and the flags then check.
-// A block writes part1 (part2) again only after it has summed every block's part2 (part1) of the phase
-// before, which each block wrote after summing the part1 (part2) it is about to overwrite: one buffer each.
+// The global handoffs: a block's thread 0 adds one to a grid counter with release semantics once the
+// block's partials are written (after a block barrier); a reader's thread 0 polls it with acquire loads, and
+// then the block reads the partials. A block writes part1 (part2) again only after it has summed every
+// block's part2 (part1) of the phase before, which each block wrote after summing the part1 (part2) it is
+// about to overwrite: one buffer each. (Version 35 measured the partials as 64-bit words flagged with the
+// launch and phase, polled by every reader thread: 2,000-2,200 tok/s against the counter's 5,800 with the
+// same words, whose doubled bytes cost 13% against float partials; docs/PERFORMANCE.md.)
 // Every block keeps the whole residual stream x [D] in shared memory (the gathers are the same sums in
 // the same order in every block, so the copies agree bit for bit), so the LayerNorms need no handoff.
 // Weights: a block's share of a layer is one contiguous stretch of the packed copy (below), 144 KB at
@@ -44,14 +46,12 @@
 //            kv + s * batch_stride + l * layer_stride + p * D, its value n_ctx * D further on
 //   seq, pos, lengths [1] int32: the token goes to cache row seq[0] at position pos[0] and attends to
 //            lengths[0] keys; lengths outside [1, n_ctx] give a NaN attention
-//   part1, part2  uint64 [H][D] scratch: flagged values (any contents before the first launch but the
-//            flags of the first launch's phases; zero does)
-//   sync     [3] uint32: the launch's number (the flags' epoch: read by every block, advanced by block 0 at
-//            its end), the grid counter and the blocks out (DC_COUNTER; zero before the first launch, and
-//            each launch leaves them zero)
+//   part1, part2  float32 [H][D] scratch (each fully written before it is read)
+//   sync     [2] uint32: the grid counter and the blocks out; zero before the first launch, and each
+//            launch leaves them zero
 // Launch: grid (H * DC_C) with clusters of DC_C (compiled in), block DC_THREADS, dynamic shared memory
 // DC_SMEM bytes; every cluster must be resident at once (gpt2block checks the device's count of
-// co-resident clusters first; a flagged value that never comes traps after about ten seconds).
+// co-resident clusters first; a grid counter that never fills traps after about ten seconds).
 // Programmatic dependent launch: the first layer's weights and vectors are fetched before pdl_wait();
 // the dependents are released at the start of the last layer. Results repeat bit for bit (fixed orders,
 // no float atomics). sm_90a (kernel_source.ARCH_SPECIFIC): bulk copies and clusters; built for another
@@ -79,38 +79,13 @@
 #define DC_V (6 * DC_D)              // floats of a layer's vectors
 #define DC_PART 68                   // floats of an attention partial: acc[64], m, l (and padding)
 #define DC_GROUPS (DC_THREADS / 16)  // 16-lane attention groups of a block
-#define DC_SPINS (1u << 24)          // polls of a flagged value before giving up (__trap)
+#define DC_SPINS (1u << 24)          // polls of the grid counter before giving up (__trap)
 #ifndef DC_TRIGGER
 #define DC_TRIGGER 1  // release the dependent kernel at the last layer's start (0: never; A/B and race hunting)
 #endif
 #ifndef DC_EXIT_SYNC
 #define DC_EXIT_SYNC 0  // a cluster barrier before the blocks exit (race hunting)
 #endif
-// The global handoffs: 1, a grid counter (each block's thread 0 adds one with release semantics once its
-// partials are written; a reader's thread 0 polls it, then the block reads the partials); 0, no counter:
-// every reader thread polls the flagged partials themselves, sleeping DC_POLL_NS between polls. Version 35:
-// polling without sleep ran at 2,750 tok/s against the counter's 6,737 (gpt2 bf16 b1).
-#ifndef DC_COUNTER
-#define DC_COUNTER 1
-#endif
-#ifndef DC_POLL_NS
-#define DC_POLL_NS 0
-#endif
-// With the counter the partials may be plain (weak, L2) stores and loads (1): the counter's release and
-// acquire order them. 0: relaxed gpu-scope ones, as polling them needs.
-#ifndef DC_WEAK
-#define DC_WEAK 1
-#endif
-// Each warp adds its own arrival once its rows are stored (1: the counter counts DC_WARPS a block), instead of
-// thread 0 after a block barrier (0).
-#ifndef DC_WARP_ARRIVE
-#define DC_WARP_ARRIVE 0
-#endif
-// The group's first key and value loaded at the layer's start, before the wait for x (1), or in the loop (0).
-#ifndef DC_KV_PREFETCH
-#define DC_KV_PREFETCH 1
-#endif
-static_assert(DC_COUNTER || !DC_WEAK, "decode_cluster: polled partials need relaxed gpu-scope accesses");
 // Tracing (-DDC_TRACE): thread 0 of the first and last block writes clock64() at each stage of each layer
 // (dc_trace[0 / 1][DC_STAGES * layer + stage], stages in the order of DC_STAMP below) and the clock and the
 // global timer (ns) at the start and end (dc_trace_pair[0 / 1][4]), so a script can turn cycles into time.
@@ -181,26 +156,11 @@ __device__ __forceinline__ void dc_broadcast(float* local, float v) {
         GW_ASM("st.shared::cluster.f32 [%0], %1;\n" ::"r"(ra), "f"(v) : "memory");
     }
 }
-// A global handoff's flag: launch `epoch`, layer l, phase ph (0: part1, 1: part2). Never 0 (2l + ph < 127),
-// and the same slot's consecutive flags differ (each launch writes every slot once a layer).
-__device__ __forceinline__ unsigned dc_flag(unsigned epoch, int l, int ph) { return epoch * 128u + 2u * l + ph + 1u; }
-// One partial with its flag, one 64-bit store (single-copy atomic: a reader sees both or neither).
-__device__ __forceinline__ void dc_put(unsigned long long* p, float v, unsigned flag) {
-    const unsigned long long w = ((unsigned long long)flag << 32) | __float_as_uint(v);
-    if (DC_WEAK) __stcg(p, w);
-    else GW_ASM("st.relaxed.gpu.global.u64 [%0], %1;\n" ::"l"(p), "l"(w) : "memory");
-}
-__device__ __forceinline__ unsigned long long dc_get(const unsigned long long* p) {
-    if (DC_WEAK) return __ldcg(p);
-    unsigned long long w = 0;
-    GW_ASM("ld.relaxed.gpu.global.u64 %0, [%1];\n" : "=l"(w) : "l"(p) : "memory");
-    return w;
-}
-// The grid counter (DC_COUNTER): a block's arrival once its partials are written (after a block barrier, so
-// thread 0's release publishes every thread's stores) ...
+// The grid counter: a block's arrival once its partials are written (after a block barrier, so thread 0's
+// release publishes every thread's stores) ...
 __device__ __forceinline__ void dc_grid_arrive(unsigned* counter) {
     __syncthreads();
-    if (DC_COUNTER && !DC_WARP_ARRIVE && threadIdx.x == 0) GW_ASM("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(counter) : "memory");
+    if (threadIdx.x == 0) GW_ASM("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(counter) : "memory");
 }
 // ... and a reader's wait for target arrivals (every block's, this phase); the block barrier hands what
 // thread 0 acquired to every thread.
@@ -251,10 +211,9 @@ __device__ __forceinline__ float dc_rows_d(const unsigned short* w, const float*
 }
 
 // A warp's 12 projection rows, each 2 * PAIRS bf16 a lane (row length 64 PAIRS) against a [64 PAIRS]:
-// row i's sum into part[i] with `flag`, rows 0..11 (lanes 4 i of the first 8 rows, 8 (i - 8) of the last 4).
+// row i's sum into part[i], rows 0..11 (lanes 4 i of the first 8 rows, 8 (i - 8) of the last 4).
 template <int PAIRS>
-__device__ __forceinline__ void dc_rows_proj(const unsigned short* w, const float* a, unsigned long long* part,
-                                             unsigned flag, int lane, unsigned* counter) {
+__device__ __forceinline__ void dc_rows_proj(const unsigned short* w, const float* a, float* part, int lane) {
     constexpr int LEN = 64 * PAIRS;
     float acc8[8], acc4[4];
     float av[2 * PAIRS];
@@ -274,38 +233,25 @@ __device__ __forceinline__ void dc_rows_proj(const unsigned short* w, const floa
         else acc4[row - 8] = s;
     }
     const float s8 = warp_sums<8>(acc8, lane), s4 = warp_sums<4>(acc4, lane);
-    if ((lane & 3) == 0) dc_put(part + (lane >> 2), s8, flag);
-    if ((lane & 7) == 0) dc_put(part + 8 + (lane >> 3), s4, flag);
-    if (DC_COUNTER && DC_WARP_ARRIVE) {
-        __syncwarp();
-        if (lane == 0) GW_ASM("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(counter) : "memory");
-    }
+    if ((lane & 3) == 0) __stcg(part + (lane >> 2), s8);
+    if ((lane & 7) == 0) __stcg(part + 8 + (lane >> 3), s4);
 }
 
-// x[k] += bias[k] + sum_c part[c][k] (c in order) for the thread's columns, once every part[c][k] carries
-// `flag`: all 3 H words are asked for at once, then any not yet written asked for again (never, after the
-// grid counter's wait).
-__device__ __forceinline__ void dc_gather(float* xs, const unsigned long long* part, const float* bias, unsigned flag) {
+// x[k] += bias[k] + sum_c part[c][k] (c in order) for the thread's columns (after the grid counter's wait):
+// all 3 H loads are asked for at once.
+__device__ __forceinline__ void dc_gather(float* xs, const float* part, const float* bias) {
     constexpr int NK = DC_D / DC_THREADS;
-    unsigned long long w[NK][DC_H];
+    float p[NK][DC_H];
 #pragma unroll
     for (int i = 0; i < NK; ++i)
 #pragma unroll
-        for (int c = 0; c < DC_H; ++c) w[i][c] = dc_get(part + c * DC_D + threadIdx.x + i * DC_THREADS);
+        for (int c = 0; c < DC_H; ++c) p[i][c] = __ldcg(part + c * DC_D + threadIdx.x + i * DC_THREADS);
 #pragma unroll
     for (int i = 0; i < NK; ++i) {
         const int k = threadIdx.x + i * DC_THREADS;
         float s = bias[k];
 #pragma unroll
-        for (int c = 0; c < DC_H; ++c) {
-            unsigned spins = 0;
-            while ((unsigned)(w[i][c] >> 32) != flag) {
-                if (++spins > DC_SPINS) __trap();  // a block never came: the clusters were not all resident
-                if (DC_POLL_NS > 0) __nanosleep(DC_POLL_NS);
-                w[i][c] = dc_get(part + c * DC_D + k);
-            }
-            s += __uint_as_float((unsigned)w[i][c]);
-        }
+        for (int c = 0; c < DC_H; ++c) s += p[i][c];
         xs[k] += s;
     }
 }
@@ -372,8 +318,7 @@ extern "C" __global__ void DC_CLUSTER_DIMS __launch_bounds__(DC_THREADS, 1)
 decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restrict__ vecs,
                     const float* __restrict__ bqf, int n_layer, float eps, float* x, float* kv,
                     long long batch_stride, long long layer_stride, int n_ctx, const int* seq, const int* pos,
-                    const int* lengths, unsigned long long* part1, unsigned long long* part2,
-                    unsigned* sync) {
+                    const int* lengths, float* part1, float* part2, unsigned* sync) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) unsigned char dc_smem[];
     unsigned short* w_s = reinterpret_cast<unsigned short*>(dc_smem);
@@ -404,9 +349,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
     pdl_wait();
 
     const int row_s = seq[0], p_new = pos[0], len = lengths[0];
-    const unsigned epoch = sync[0];
-    unsigned target = 0;  // the grid counter's (sync[1]) arrivals to wait for
-    const unsigned arrivals = gridDim.x * (DC_WARP_ARRIVE ? DC_WARPS : 1);  // a phase's
+    unsigned target = 0;  // the grid counter's (sync[0]) arrivals to wait for
     DC_PAIR(0);
     const bool len_ok = len >= 1 && len <= n_ctx;
     float* kv_row = kv + (long long)row_s * batch_stride;
@@ -432,14 +375,14 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         // A: x = x + b_proj + sum part2 (the layer before's), h = LN1(x), this block's q, k, v
         const int p0 = r * DC_GROUPS + g;  // the group's first key, fetched before the wait for x
         float4 k0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v0 = k0;
-        if (DC_KV_PREFETCH && p0 < len && p0 != p_new) {
+        if (p0 < len && p0 != p_new) {
             k0 = __ldcg(reinterpret_cast<const float4*>(kv_l + (long long)p0 * DC_D + c * HEAD_DIM + 4 * l16));
             v0 = __ldcg(reinterpret_cast<const float4*>(kv_l + (long long)(n_ctx + p0) * DC_D + c * HEAD_DIM + 4 * l16));
         }
         DC_STAMP(l, 0);
         if (l > 0) {
-            if (DC_COUNTER) dc_grid_wait(sync + 1, target += arrivals);
-            dc_gather(xs, part2, vec_s + ((l - 1) & 1) * DC_V + 5 * DC_D, dc_flag(epoch, l - 1, 1));
+            dc_grid_wait(sync, target += gridDim.x);
+            dc_gather(xs, part2, vec_s + ((l - 1) & 1) * DC_V + 5 * DC_D);
         }
         DC_STAMP(l, 1);
         mbar_wait(smem_u32(bars + 4 + (l & 1)), (l >> 1) & 1);
@@ -473,7 +416,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
                 if (p == p_new) {
                     k4 = *reinterpret_cast<const float4*>(qkv_s + HEAD_DIM + 4 * l16);
                     v4 = *reinterpret_cast<const float4*>(qkv_s + 2 * HEAD_DIM + 4 * l16);
-                } else if (DC_KV_PREFETCH && p == p0) {
+                } else if (p == p0) {
                     k4 = k0;
                     v4 = v0;
                 } else {
@@ -526,14 +469,14 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         DC_STAMP(l, 6);
         mbar_wait(smem_u32(bars + 1), l & 1);
         dc_rows_proj<1>(w_s + dc_w_off(1) + 12 * warp * HEAD_DIM, att_s, part1 + c * DC_D + r * DC_OR + 12 * warp,
-                        dc_flag(epoch, l, 0), lane, sync + 1);
-        dc_grid_arrive(sync + 1);  // (a block barrier: every warp is done with the slot)
+                        lane);
+        dc_grid_arrive(sync);  // (a block barrier: every warp is done with the slot)
         DC_STAMP(l, 7);
         if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 1, bars);
 
         // D: x1 = x + b_attn + sum part1, h = LN2(x1), this block's FC outputs
-        if (DC_COUNTER) dc_grid_wait(sync + 1, target += arrivals);
-        dc_gather(xs, part1, vec + 2 * DC_D, dc_flag(epoch, l, 0));
+        dc_grid_wait(sync, target += gridDim.x);
+        dc_gather(xs, part1, vec + 2 * DC_D);
         DC_STAMP(l, 8);
         dc_layernorm(xs, hs, vec + 3 * DC_D, vec + 4 * DC_D, red, eps);
         mbar_wait(smem_u32(bars + 2), l & 1);
@@ -549,27 +492,25 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         // E: part2[c][96 r + i] = f . W_proj^T slice
         mbar_wait(smem_u32(bars + 3), l & 1);
         dc_rows_proj<4>(w_s + dc_w_off(3) + 12 * warp * DC_FH, f_s, part2 + c * DC_D + r * DC_OR + 12 * warp,
-                        dc_flag(epoch, l, 1), lane, sync + 1);
-        dc_grid_arrive(sync + 1);  // (a block barrier: every warp is done with the slot)
+                        lane);
+        dc_grid_arrive(sync);  // (a block barrier: every warp is done with the slot)
         DC_STAMP(l, 11);
         if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 3, bars);
     }
 
-    // the last layer's residual: cluster 0 writes x; block 0 advances the epoch (every block has read it:
-    // block 0 has summed every block's last partials, written after that read)
-    if (DC_COUNTER) dc_grid_wait(sync + 1, target += arrivals);
-    dc_gather(xs, part2, vec_s + ((n_layer - 1) & 1) * DC_V + 5 * DC_D, dc_flag(epoch, n_layer - 1, 1));
+    // the last layer's residual: cluster 0 writes x
+    dc_grid_wait(sync, target += gridDim.x);
+    dc_gather(xs, part2, vec_s + ((n_layer - 1) & 1) * DC_V + 5 * DC_D);
     __syncthreads();  // xs[k] was summed by thread k % DC_THREADS
     DC_PAIR(1);
     if (c == 0) {
         for (int k = tid; k < DC_OR; k += DC_THREADS) x[r * DC_OR + k] = xs[r * DC_OR + k];
     }
     if (DC_EXIT_SYNC) dc_cluster_sync();
-    if (blockIdx.x == 0 && tid == 0) sync[0] = epoch + 1u;
-    if (DC_COUNTER && tid == 0) {  // the last block out leaves the grid counter at zero for the next launch
-        if (atomicAdd(sync + 2, 1u) == gridDim.x - 1) {
+    if (tid == 0) {  // the last block out leaves the grid counter at zero for the next launch
+        if (atomicAdd(sync + 1, 1u) == gridDim.x - 1) {
+            sync[0] = 0u;
             sync[1] = 0u;
-            sync[2] = 0u;
         }
     }
 #else

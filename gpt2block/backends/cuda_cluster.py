@@ -5,7 +5,7 @@ with bf16 weights in one persistent kernel, one cluster of CLUSTER blocks per he
 ``DecodeClusters(block_views, dec_mats, config)`` packs the model's decode matrices once into the
 kernel's order (each block's share of a layer one contiguous stretch: ``pack_matrices``, which the
 CPU tests check against the kernel's description) and owns the kernel's scratch (the projections'
-partials and the launch count that flags them). ``fits()`` says whether this device and model can run it: bf16 weights,
+partials, the grid counter). ``fits()`` says whether this device and model can run it: bf16 weights,
 n_embd == WIDTH, compute capability 9.0, and every cluster resident at once (the driver's count of
 co-resident clusters for the kernel's shared memory). ``launch`` runs the step's layers on x in place.
 """
@@ -22,7 +22,7 @@ WIDTH = 768  # DC_D: the width the kernel is built for (gpt2)
 THREADS = 256  # DC_THREADS
 PART = 68  # DC_PART
 GROUPS = THREADS // 16  # DC_GROUPS
-DEFINES: tuple = ()  # extra #defines of decode_cluster.cu (A/B switches: DC_COUNTER, DC_TRIGGER, DC_TRACE)
+DEFINES: tuple = ()  # extra #defines of decode_cluster.cu (A/B switches and tracing: DC_TRIGGER, DC_EXIT_SYNC, DC_TRACE)
 VECTORS = ("ln1_g", "ln1_b", "b_attn", "ln2_g", "ln2_b", "b_proj")  # a layer's vector slot, in order
 
 
@@ -71,11 +71,9 @@ class DecodeClusters:
         self.vecs = cp.stack([cp.stack([w[k] for k in VECTORS]) for w in block_views])  # [L, 6, D]
         self.bqf = cp.stack([cp.concatenate([w["b_qkv"], w["b_fc"]]) for w in block_views])  # [L, 7D]
         h = d // HEAD_DIM
-        # the projections' partials as flagged values (float bits | flag << 32; flags are never 0) and the
-        # launch count the flags are made from
-        self.part1 = cp.zeros((h, d), cp.uint64)
-        self.part2 = cp.zeros((h, d), cp.uint64)
-        self.sync = cp.zeros(3, cp.uint32)  # the launch count (the flags' epoch), the grid counter, blocks out
+        self.part1 = cp.empty((h, d), cp.float32)  # the projections' partials, one row a cluster
+        self.part2 = cp.empty((h, d), cp.float32)
+        self.sync = cp.zeros(2, cp.uint32)  # the grid counter and the blocks out: zero between launches
         self.grid = h * CLUSTER
         self.smem = smem_bytes(d)
 

@@ -13,7 +13,6 @@ from gpt2block.config import GPT2Config
 from gpt2block.weights import ModelWeights
 
 VOCAB = 4096  # the LM head is not what is tested here
-POISON = 0x7FC00000_7FC00000  # NaN under the flag 0x7fc00000, a multiple of 128: no flag is (epoch * 128 + 2l + ph + 1)
 
 
 def _bf16_exact(a: np.ndarray) -> np.ndarray:
@@ -62,9 +61,8 @@ def test_cluster_step_matches_fp64(length):
 
 
 def test_cluster_repeats_bit_for_bit_and_ignores_poisoned_scratch(cp):
-    """Eager steps, graph replays and a second runner give identical bits; the partials poisoned with
-    NaN under a flag no launch uses change nothing; every step advances the launch count by one and
-    leaves the grid counter at zero."""
+    """Eager steps, graph replays and a second runner give identical bits; NaN in the partials
+    (written before they are read) changes nothing; the grid counter is zero after every step."""
     w = _weights(n_layer=3)
     rng = np.random.default_rng()
     prompt = rng.integers(0, VOCAB, 70)
@@ -76,14 +74,11 @@ def test_cluster_repeats_bit_for_bit_and_ignores_poisoned_scratch(cp):
         r.prefill(cache, 0, prompt)
         steps = []
         for t in toks:
-            before = None
             if r._cluster is not None:
-                r._cluster.part1.fill(POISON)
-                r._cluster.part2.fill(POISON)
-                before = int(r._cluster.sync[0])
+                r._cluster.part1.fill(cp.nan)
+                r._cluster.part2.fill(cp.nan)
             steps.append(r.decode(cache, np.array([t])))
-            assert r._cluster is not None and (before is None or int(r._cluster.sync[0]) == before + 1)
-            assert int(r._cluster.sync[1]) == 0 and int(r._cluster.sync[2]) == 0
+            assert r._cluster is not None and int(r._cluster.sync.max()) == 0
         results.append(np.stack(steps))
     assert np.isfinite(results[0]).all()
     np.testing.assert_array_equal(results[0], results[1])
