@@ -83,13 +83,18 @@
 #ifndef DC_TRIGGER
 #define DC_TRIGGER 1  // release the dependent kernel at the last layer's start (0: never; A/B and race hunting)
 #endif
+// The thread that issues the weight copies. Not thread 0, which adds the block's arrivals to the grid counter:
+// its release would wait for the copies it issued to land (measured in version 35: ~1 us an arrival).
+#ifndef DC_PRODUCER
+#define DC_PRODUCER 32
+#endif
 #ifndef DC_EXIT_SYNC
 #define DC_EXIT_SYNC 0  // a cluster barrier before the blocks exit (race hunting)
 #endif
 // Tracing (-DDC_TRACE): thread 0 of the first and last block writes clock64() at each stage of each layer
 // (dc_trace[0 / 1][DC_STAGES * layer + stage], stages in the order of DC_STAMP below) and the clock and the
 // global timer (ns) at the start and end (dc_trace_pair[0 / 1][4]), so a script can turn cycles into time.
-#define DC_STAGES 12
+#define DC_STAGES 14
 #ifdef DC_TRACE
 __device__ long long dc_trace[2][DC_STAGES * 64];
 __device__ long long dc_trace_pair[2][4];
@@ -194,20 +199,33 @@ __device__ __forceinline__ float dc_dot8(const uint4& w, const float4& a, const 
     return acc;
 }
 
+// A lane's share of a LayerNorm output h [D]: columns 256 i + 8 lane + [0, 8) as two float4 each.
+struct DcH {
+    float4 a[DC_D / 256], b[DC_D / 256];
+};
+
 // R rows of a warp (R <= 4), each w[row][0..D) . h: lane l returns row l / 8's sum (rows >= R: 0).
 template <int R>
-__device__ __forceinline__ float dc_rows_d(const unsigned short* w, const float* h, int lane) {
+__device__ __forceinline__ float dc_rows_d(const unsigned short* w, const DcH& h, int lane) {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < DC_D / 256; ++i) {
         const int k = i * 256 + lane * 8;
-        const float4 a = *reinterpret_cast<const float4*>(h + k);
-        const float4 b = *reinterpret_cast<const float4*>(h + k + 4);
 #pragma unroll
         for (int j = 0; j < R; ++j)
-            acc[j] = dc_dot8(*reinterpret_cast<const uint4*>(w + j * DC_D + k), a, b, acc[j]);
+            acc[j] = dc_dot8(*reinterpret_cast<const uint4*>(w + j * DC_D + k), h.a[i], h.b[i], acc[j]);
     }
     return warp_sums<4>(acc, lane);
+}
+
+// The lane's share of h, from shared memory (dc_layernorm's). (Version 35 measured each warp forming its own
+// LayerNorm in registers, no block barrier: 6,600-6,631 tok/s against 6,956-6,966.)
+__device__ __forceinline__ void dc_h_load(const float* hs, int lane, DcH& h) {
+#pragma unroll
+    for (int i = 0; i < DC_D / 256; ++i) {
+        h.a[i] = *reinterpret_cast<const float4*>(hs + i * 256 + lane * 8);
+        h.b[i] = *reinterpret_cast<const float4*>(hs + i * 256 + lane * 8 + 4);
+    }
 }
 
 // A warp's 12 projection rows, each 2 * PAIRS bf16 a lane (row length 64 PAIRS) against a [64 PAIRS]:
@@ -300,14 +318,14 @@ __device__ __forceinline__ int dc_w_off(int m) {  // matrix m's slot (0 QKV, 1 W
 __device__ __forceinline__ unsigned dc_w_bytes(int m) {
     return 2u * (m == 0 ? DC_E_QKV : m == 1 ? DC_E_O : m == 2 ? DC_E_FC : DC_E_PR);
 }
-// Thread 0: matrix m of the block's share `src` (one layer) into its slot, counted on bars[m].
+// The producer thread: matrix m of the block's share `src` (one layer) into its slot, counted on bars[m].
 __device__ __forceinline__ void dc_fetch_matrix(unsigned short* w_s, const unsigned short* src, int m,
                                                 unsigned long long* bars) {
     const unsigned bar = smem_u32(bars + m), bytes = dc_w_bytes(m);
     mbar_arrive_expect_tx(bar, bytes);
     bulk_copy_g2s(smem_u32(w_s + dc_w_off(m)), src + dc_w_off(m), bytes, bar);
 }
-// Thread 0: layer l's vectors into slot l & 1, counted on bars[4 + (l & 1)].
+// The producer thread: layer l's vectors into slot l & 1, counted on bars[4 + (l & 1)].
 __device__ __forceinline__ void dc_fetch_vectors(float* vec_s, const float* vecs, int l, unsigned long long* bars) {
     const unsigned bar = smem_u32(bars + 4 + (l & 1));
     mbar_arrive_expect_tx(bar, 4u * DC_V);
@@ -338,7 +356,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
     const long long w_layer = (long long)DC_H * DC_C * DC_E;
     const unsigned short* w_blk = wpk + ((long long)c * DC_C + r) * DC_E;
 
-    if (tid == 0) {
+    if (tid == DC_PRODUCER) {
         for (int i = 0; i < 6; ++i) mbar_init(smem_u32(bars + i), 1);
         GW_ASM("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         for (int m = 0; m < 4; ++m) dc_fetch_matrix(w_s, w_blk, m, bars);
@@ -386,13 +404,15 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         }
         DC_STAMP(l, 1);
         mbar_wait(smem_u32(bars + 4 + (l & 1)), (l >> 1) & 1);
+        DcH h;
         dc_layernorm(xs, hs, vec, vec + DC_D, red, eps);
-        if (tid == 0 && l > 0 && l + 1 < n_layer) dc_fetch_vectors(vec_s, vecs, l + 1, bars);  // slot of l - 1
+        dc_h_load(hs, lane, h);
+        if (tid == DC_PRODUCER && l > 0 && l + 1 < n_layer) dc_fetch_vectors(vec_s, vecs, l + 1, bars);  // slot of l - 1
         DC_STAMP(l, 2);
         mbar_wait(smem_u32(bars + 0), l & 1);
         DC_STAMP(l, 3);
         {
-            const float s = dc_rows_d<3 * DC_QR / DC_WARPS>(w_s + 3 * warp * DC_D, hs, lane);
+            const float s = dc_rows_d<3 * DC_QR / DC_WARPS>(w_s + 3 * warp * DC_D, h, lane);
             if (q_lane) {
                 const float v = s + b_q;
                 dc_broadcast(qkv_s + qt * HEAD_DIM + qd, v);
@@ -401,7 +421,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         }
         dc_cluster_sync();
         DC_STAMP(l, 4);
-        if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 0, bars);
+        if (tid == DC_PRODUCER && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 0, bars);
 
         // B: attention of head c, keys p = 16 (8 i + r) + g
         {
@@ -472,30 +492,33 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
                         lane);
         dc_grid_arrive(sync);  // (a block barrier: every warp is done with the slot)
         DC_STAMP(l, 7);
-        if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 1, bars);
+        if (tid == DC_PRODUCER && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 1, bars);
 
         // D: x1 = x + b_attn + sum part1, h = LN2(x1), this block's FC outputs
         dc_grid_wait(sync, target += gridDim.x);
         dc_gather(xs, part1, vec + 2 * DC_D);
         DC_STAMP(l, 8);
         dc_layernorm(xs, hs, vec + 3 * DC_D, vec + 4 * DC_D, red, eps);
+        dc_h_load(hs, lane, h);
         mbar_wait(smem_u32(bars + 2), l & 1);
         DC_STAMP(l, 9);
         {
-            const float s = dc_rows_d<DC_FR / DC_WARPS>(w_s + dc_w_off(2) + 4 * warp * DC_D, hs, lane);
+            const float s = dc_rows_d<DC_FR / DC_WARPS>(w_s + dc_w_off(2) + 4 * warp * DC_D, h, lane);
             if (f_lane) dc_broadcast(f_s + fj, gelu_tanh(s + b_f));
         }
         dc_cluster_sync();
         DC_STAMP(l, 10);
-        if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 2, bars);
+        if (tid == DC_PRODUCER && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 2, bars);
 
         // E: part2[c][96 r + i] = f . W_proj^T slice
         mbar_wait(smem_u32(bars + 3), l & 1);
+        DC_STAMP(l, 11);
         dc_rows_proj<4>(w_s + dc_w_off(3) + 12 * warp * DC_FH, f_s, part2 + c * DC_D + r * DC_OR + 12 * warp,
                         lane);
+        DC_STAMP(l, 12);
         dc_grid_arrive(sync);  // (a block barrier: every warp is done with the slot)
-        DC_STAMP(l, 11);
-        if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 3, bars);
+        DC_STAMP(l, 13);
+        if (tid == DC_PRODUCER && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 3, bars);
     }
 
     // the last layer's residual: cluster 0 writes x
