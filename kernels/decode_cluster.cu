@@ -83,10 +83,12 @@
 #ifndef DC_TRIGGER
 #define DC_TRIGGER 1  // release the dependent kernel at the last layer's start (0: never; A/B and race hunting)
 #endif
-// The thread that issues the weight copies. Not thread 0, which adds the block's arrivals to the grid counter:
-// its release would wait for the copies it issued to land (measured in version 35: ~1 us an arrival).
-#ifndef DC_PRODUCER
-#define DC_PRODUCER 32
+// When the next layer's weights are fetched. A grid arrival's release waits for the block's bulk copies still in
+// flight (version 35's trace: 1.0-1.1 us in the arrival after FC's copy was issued; 1.9-2.0 us with another
+// thread issuing it). 1: each slot's refill is issued just after an arrival, so that it lands before the next
+// one (QKV, W_attn and the vectors after C's, W_fc and W_proj after E's); 0: as soon as the slot is free.
+#ifndef DC_FETCH_AFTER_ARRIVE
+#define DC_FETCH_AFTER_ARRIVE 1
 #endif
 #ifndef DC_EXIT_SYNC
 #define DC_EXIT_SYNC 0  // a cluster barrier before the blocks exit (race hunting)
@@ -318,14 +320,14 @@ __device__ __forceinline__ int dc_w_off(int m) {  // matrix m's slot (0 QKV, 1 W
 __device__ __forceinline__ unsigned dc_w_bytes(int m) {
     return 2u * (m == 0 ? DC_E_QKV : m == 1 ? DC_E_O : m == 2 ? DC_E_FC : DC_E_PR);
 }
-// The producer thread: matrix m of the block's share `src` (one layer) into its slot, counted on bars[m].
+// Thread 0: matrix m of the block's share `src` (one layer) into its slot, counted on bars[m].
 __device__ __forceinline__ void dc_fetch_matrix(unsigned short* w_s, const unsigned short* src, int m,
                                                 unsigned long long* bars) {
     const unsigned bar = smem_u32(bars + m), bytes = dc_w_bytes(m);
     mbar_arrive_expect_tx(bar, bytes);
     bulk_copy_g2s(smem_u32(w_s + dc_w_off(m)), src + dc_w_off(m), bytes, bar);
 }
-// The producer thread: layer l's vectors into slot l & 1, counted on bars[4 + (l & 1)].
+// Thread 0: layer l's vectors into slot l & 1, counted on bars[4 + (l & 1)].
 __device__ __forceinline__ void dc_fetch_vectors(float* vec_s, const float* vecs, int l, unsigned long long* bars) {
     const unsigned bar = smem_u32(bars + 4 + (l & 1));
     mbar_arrive_expect_tx(bar, 4u * DC_V);
@@ -356,7 +358,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
     const long long w_layer = (long long)DC_H * DC_C * DC_E;
     const unsigned short* w_blk = wpk + ((long long)c * DC_C + r) * DC_E;
 
-    if (tid == DC_PRODUCER) {
+    if (tid == 0) {
         for (int i = 0; i < 6; ++i) mbar_init(smem_u32(bars + i), 1);
         GW_ASM("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         for (int m = 0; m < 4; ++m) dc_fetch_matrix(w_s, w_blk, m, bars);
@@ -407,7 +409,8 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         DcH h;
         dc_layernorm(xs, hs, vec, vec + DC_D, red, eps);
         dc_h_load(hs, lane, h);
-        if (tid == DC_PRODUCER && l > 0 && l + 1 < n_layer) dc_fetch_vectors(vec_s, vecs, l + 1, bars);  // slot of l - 1
+        if (!DC_FETCH_AFTER_ARRIVE && tid == 0 && l > 0 && l + 1 < n_layer)
+            dc_fetch_vectors(vec_s, vecs, l + 1, bars);  // into the slot of l - 1
         DC_STAMP(l, 2);
         mbar_wait(smem_u32(bars + 0), l & 1);
         DC_STAMP(l, 3);
@@ -421,7 +424,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         }
         dc_cluster_sync();
         DC_STAMP(l, 4);
-        if (tid == DC_PRODUCER && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 0, bars);
+        if (!DC_FETCH_AFTER_ARRIVE && tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 0, bars);
 
         // B: attention of head c, keys p = 16 (8 i + r) + g
         {
@@ -492,7 +495,13 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
                         lane);
         dc_grid_arrive(sync);  // (a block barrier: every warp is done with the slot)
         DC_STAMP(l, 7);
-        if (tid == DC_PRODUCER && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 1, bars);
+        if (tid == 0 && l + 1 < n_layer) {
+            dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 1, bars);
+            if (DC_FETCH_AFTER_ARRIVE) {
+                dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 0, bars);
+                if (l > 0) dc_fetch_vectors(vec_s, vecs, l + 1, bars);  // into the slot of l - 1
+            }
+        }
 
         // D: x1 = x + b_attn + sum part1, h = LN2(x1), this block's FC outputs
         dc_grid_wait(sync, target += gridDim.x);
@@ -508,7 +517,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         }
         dc_cluster_sync();
         DC_STAMP(l, 10);
-        if (tid == DC_PRODUCER && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 2, bars);
+        if (!DC_FETCH_AFTER_ARRIVE && tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 2, bars);
 
         // E: part2[c][96 r + i] = f . W_proj^T slice
         mbar_wait(smem_u32(bars + 3), l & 1);
@@ -518,7 +527,10 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         DC_STAMP(l, 12);
         dc_grid_arrive(sync);  // (a block barrier: every warp is done with the slot)
         DC_STAMP(l, 13);
-        if (tid == DC_PRODUCER && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 3, bars);
+        if (tid == 0 && l + 1 < n_layer) {
+            dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 3, bars);
+            if (DC_FETCH_AFTER_ARRIVE) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 2, bars);
+        }
     }
 
     // the last layer's residual: cluster 0 writes x
