@@ -83,13 +83,6 @@
 #ifndef DC_TRIGGER
 #define DC_TRIGGER 1  // release the dependent kernel at the last layer's start (0: never; A/B and race hunting)
 #endif
-// When the next layer's weights are fetched. A grid arrival's release waits for the block's bulk copies still in
-// flight (version 35's trace: 1.0-1.1 us in the arrival after FC's copy was issued; 1.9-2.0 us with another
-// thread issuing it). 1: each slot's refill is issued just after an arrival, so that it lands before the next
-// one (QKV, W_attn and the vectors after C's, W_fc and W_proj after E's); 0: as soon as the slot is free.
-#ifndef DC_FETCH_AFTER_ARRIVE
-#define DC_FETCH_AFTER_ARRIVE 1
-#endif
 #ifndef DC_EXIT_SYNC
 #define DC_EXIT_SYNC 0  // a cluster barrier before the blocks exit (race hunting)
 #endif
@@ -201,33 +194,20 @@ __device__ __forceinline__ float dc_dot8(const uint4& w, const float4& a, const 
     return acc;
 }
 
-// A lane's share of a LayerNorm output h [D]: columns 256 i + 8 lane + [0, 8) as two float4 each.
-struct DcH {
-    float4 a[DC_D / 256], b[DC_D / 256];
-};
-
 // R rows of a warp (R <= 4), each w[row][0..D) . h: lane l returns row l / 8's sum (rows >= R: 0).
 template <int R>
-__device__ __forceinline__ float dc_rows_d(const unsigned short* w, const DcH& h, int lane) {
+__device__ __forceinline__ float dc_rows_d(const unsigned short* w, const float* h, int lane) {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < DC_D / 256; ++i) {
         const int k = i * 256 + lane * 8;
+        const float4 a = *reinterpret_cast<const float4*>(h + k);
+        const float4 b = *reinterpret_cast<const float4*>(h + k + 4);
 #pragma unroll
         for (int j = 0; j < R; ++j)
-            acc[j] = dc_dot8(*reinterpret_cast<const uint4*>(w + j * DC_D + k), h.a[i], h.b[i], acc[j]);
+            acc[j] = dc_dot8(*reinterpret_cast<const uint4*>(w + j * DC_D + k), a, b, acc[j]);
     }
     return warp_sums<4>(acc, lane);
-}
-
-// The lane's share of h, from shared memory (dc_layernorm's). (Version 35 measured each warp forming its own
-// LayerNorm in registers, no block barrier: 6,600-6,631 tok/s against 6,956-6,966.)
-__device__ __forceinline__ void dc_h_load(const float* hs, int lane, DcH& h) {
-#pragma unroll
-    for (int i = 0; i < DC_D / 256; ++i) {
-        h.a[i] = *reinterpret_cast<const float4*>(hs + i * 256 + lane * 8);
-        h.b[i] = *reinterpret_cast<const float4*>(hs + i * 256 + lane * 8 + 4);
-    }
 }
 
 // A warp's 12 projection rows, each 2 * PAIRS bf16 a lane (row length 64 PAIRS) against a [64 PAIRS]:
@@ -278,6 +258,8 @@ __device__ __forceinline__ void dc_gather(float* xs, const float* part, const fl
 
 // h = LN(x; g, b) over the block (the thread's columns of x are the ones it wrote last). Ends with a
 // block barrier: h is complete.
+// (Version 35 measured each warp forming the LayerNorm of its own columns in registers instead, with no
+// block barrier: 6,600-6,631 tok/s against 6,956-6,966.)
 __device__ __forceinline__ void dc_layernorm(const float* xs, float* hs, const float* g, const float* b,
                                              double* red, float eps) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -406,16 +388,13 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         }
         DC_STAMP(l, 1);
         mbar_wait(smem_u32(bars + 4 + (l & 1)), (l >> 1) & 1);
-        DcH h;
         dc_layernorm(xs, hs, vec, vec + DC_D, red, eps);
-        dc_h_load(hs, lane, h);
-        if (!DC_FETCH_AFTER_ARRIVE && tid == 0 && l > 0 && l + 1 < n_layer)
-            dc_fetch_vectors(vec_s, vecs, l + 1, bars);  // into the slot of l - 1
+        if (tid == 0 && l > 0 && l + 1 < n_layer) dc_fetch_vectors(vec_s, vecs, l + 1, bars);  // into the slot of l - 1
         DC_STAMP(l, 2);
         mbar_wait(smem_u32(bars + 0), l & 1);
         DC_STAMP(l, 3);
         {
-            const float s = dc_rows_d<3 * DC_QR / DC_WARPS>(w_s + 3 * warp * DC_D, h, lane);
+            const float s = dc_rows_d<3 * DC_QR / DC_WARPS>(w_s + 3 * warp * DC_D, hs, lane);
             if (q_lane) {
                 const float v = s + b_q;
                 dc_broadcast(qkv_s + qt * HEAD_DIM + qd, v);
@@ -424,7 +403,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         }
         dc_cluster_sync();
         DC_STAMP(l, 4);
-        if (!DC_FETCH_AFTER_ARRIVE && tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 0, bars);
+        if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 0, bars);
 
         // B: attention of head c, keys p = 16 (8 i + r) + g
         {
@@ -495,29 +474,22 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
                         lane);
         dc_grid_arrive(sync);  // (a block barrier: every warp is done with the slot)
         DC_STAMP(l, 7);
-        if (tid == 0 && l + 1 < n_layer) {
-            dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 1, bars);
-            if (DC_FETCH_AFTER_ARRIVE) {
-                dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 0, bars);
-                if (l > 0) dc_fetch_vectors(vec_s, vecs, l + 1, bars);  // into the slot of l - 1
-            }
-        }
+        if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 1, bars);
 
         // D: x1 = x + b_attn + sum part1, h = LN2(x1), this block's FC outputs
         dc_grid_wait(sync, target += gridDim.x);
         dc_gather(xs, part1, vec + 2 * DC_D);
         DC_STAMP(l, 8);
         dc_layernorm(xs, hs, vec + 3 * DC_D, vec + 4 * DC_D, red, eps);
-        dc_h_load(hs, lane, h);
         mbar_wait(smem_u32(bars + 2), l & 1);
         DC_STAMP(l, 9);
         {
-            const float s = dc_rows_d<DC_FR / DC_WARPS>(w_s + dc_w_off(2) + 4 * warp * DC_D, h, lane);
+            const float s = dc_rows_d<DC_FR / DC_WARPS>(w_s + dc_w_off(2) + 4 * warp * DC_D, hs, lane);
             if (f_lane) dc_broadcast(f_s + fj, gelu_tanh(s + b_f));
         }
         dc_cluster_sync();
         DC_STAMP(l, 10);
-        if (!DC_FETCH_AFTER_ARRIVE && tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 2, bars);
+        if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 2, bars);
 
         // E: part2[c][96 r + i] = f . W_proj^T slice
         mbar_wait(smem_u32(bars + 3), l & 1);
@@ -527,10 +499,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         DC_STAMP(l, 12);
         dc_grid_arrive(sync);  // (a block barrier: every warp is done with the slot)
         DC_STAMP(l, 13);
-        if (tid == 0 && l + 1 < n_layer) {
-            dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 3, bars);
-            if (DC_FETCH_AFTER_ARRIVE) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 2, bars);
-        }
+        if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 3, bars);
     }
 
     // the last layer's residual: cluster 0 writes x
