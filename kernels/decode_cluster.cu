@@ -3,9 +3,10 @@
 // of DC_C = 8 blocks per head.
 //
 // Why: at batch 1 the five-kernel chain (gemv.cu, attention.cu) is a chain of handoffs, each a kernel
-// boundary of 1.5-2.9 us, five a layer (docs/PERFORMANCE.md, versions 32 and 34). Here a layer has
+// boundary of 1.5-2.9 us, five a layer, 10.6 us (docs/PERFORMANCE.md, versions 32 and 34). Here a layer has
 // two handoffs through global memory and three inside a cluster (distributed shared memory and
-// barrier.cluster, 0.5-1.8 us in version 34's probes). Cluster c owns head c from its LayerNorm to
+// barrier.cluster, 0.5-1.8 us in version 34's probes): 9.65 us a layer at gpt2 (version 35's trace; gpt2
+// bf16 b1 7,010-7,044 tok/s against the chain's 6,631-6,700). Cluster c owns head c from its LayerNorm to
 // its share of the projections:
 //
 //   phase  block r of cluster c computes                                   hands off by
@@ -22,9 +23,9 @@
 // block's partials are written (after a block barrier); a reader's thread 0 polls it with acquire loads, and
 // then the block reads the partials. A block writes part1 (part2) again only after it has summed every
 // block's part2 (part1) of the phase before, which each block wrote after summing the part1 (part2) it is
-// about to overwrite: one buffer each. (Version 35 measured the partials as 64-bit words flagged with the
-// launch and phase, polled by every reader thread: 2,000-2,200 tok/s against the counter's 5,800 with the
-// same words, whose doubled bytes cost 13% against float partials; docs/PERFORMANCE.md.)
+// about to overwrite: one buffer each. (Version 35 measured the partials as 64-bit words, each float with a
+// flag naming the launch and phase, polled by every reader thread: 1,978-2,230 tok/s; the same words behind
+// the counter 5,813-5,859; float partials behind it 6,956-7,044: docs/PERFORMANCE.md.)
 // Every block keeps the whole residual stream x [D] in shared memory (the gathers are the same sums in
 // the same order in every block, so the copies agree bit for bit), so the LayerNorms need no handoff.
 // Weights: a block's share of a layer is one contiguous stretch of the packed copy (below), 144 KB at

@@ -3,7 +3,8 @@
 
 Prints tokens/s per batch size and precision (median of 5 generations, prefill excluded),
 with programmatic dependent launch on, off or both (--programmatic), the layers in the one
-fused decode_layers kernel or as five kernels per block (--fused on, off or both), and the
+fused decode_layers kernel or as five kernels per block (--fused on, off or both), batch-1 bf16
+steps of gpt2's width in the decode_cluster kernel or not (--cluster on, off or both), and the
 steps run ahead by greedy_steps or waited for one by one (--ahead on, off or both).
 The full comparison with transformers is scripts/bench.py.
 """
@@ -53,6 +54,9 @@ if __name__ == "__main__":
     ap.add_argument("--fused", default="auto", choices=["auto", "on", "off", "both"],
                     help="all blocks in the one decode_layers kernel (off: five kernels per block; auto: "
                          "the runner's default)")
+    ap.add_argument("--cluster", default="on", choices=["on", "off", "both"],
+                    help="batch-1 steps in the decode_cluster kernel where it runs (bf16, gpt2's width; on: the "
+                         "runner's default; off: as the other sizes run)")
     ap.add_argument("--ahead", default="on", choices=["on", "off", "both"],
                     help="greedy_steps, one step queued ahead (on, as generate runs), or decode_greedy "
                          "step by step (off)")
@@ -69,10 +73,12 @@ if __name__ == "__main__":
         runner = make_runner(w, "cuda", prec)
         for b in map(int, a.batches.split(",")):
             for fused in modes[a.fused]:
-                for pdl in modes[a.programmatic]:
-                    for ahead in modes[a.ahead]:
-                        runner.programmatic, runner.fused_decode = pdl, fused
-                        label = {True: "on  ", False: "off ", "auto": "auto"}[fused]
-                        print(f"{a.size} {prec} batch {b} fused {label} programmatic {'on ' if pdl else 'off'} "
-                              f"ahead {'on ' if ahead else 'off'}: {rate(runner, b, a.steps, ahead=ahead):,.0f} tok/s",
-                              flush=True)
+                for cluster in modes[a.cluster]:
+                    for pdl in modes[a.programmatic]:
+                        for ahead in modes[a.ahead]:
+                            runner.programmatic, runner.fused_decode, runner.cluster_decode = pdl, fused, cluster
+                            label = {True: "on  ", False: "off ", "auto": "auto"}[fused]
+                            print(f"{a.size} {prec} batch {b} fused {label} cluster {'on ' if cluster else 'off'} "
+                                  f"(runs: {'yes' if runner._cluster_fits(b) else 'no '}) programmatic "
+                                  f"{'on ' if pdl else 'off'} ahead {'on ' if ahead else 'off'}: "
+                                  f"{rate(runner, b, a.steps, ahead=ahead):,.0f} tok/s", flush=True)

@@ -3,6 +3,7 @@
 gaps between them and between steps, from the CUDA profiler's records of the kernels.
 
     python scripts/timeline_decode.py [SIZE] [--steps N] [--cases fp32:1,bf16:1] [--fused auto|on|off]
+                                      [--cluster on|off]
 
 Random weights of SIZE; after a 16-token prefill per row, runs N steps of runner.greedy_steps (as
 generate() and decode_rate.py run them) under torch.profiler (CUPTI records each kernel of a graph
@@ -110,6 +111,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--cases", default="fp32:1,bf16:1", help="precision:batch pairs")
     ap.add_argument("--fused", default="auto", choices=["auto", "on", "off"])
+    ap.add_argument("--cluster", default="on", choices=["on", "off"],
+                    help="batch-1 bf16 steps of gpt2's width in the one decode_cluster kernel (the default) or not")
     a = ap.parse_args()
     w = ModelWeights.random(SIZES[a.size], seed=0)
     runners = {}
@@ -119,7 +122,8 @@ def main() -> int:
             runners[prec] = make_runner(w, "cuda", prec)
         r = runners[prec]
         r.fused_decode = {"auto": "auto", "on": True, "off": False}[a.fused]
-        print(f"== {a.size} {prec} batch {b}, fused {a.fused}", flush=True)
+        r.cluster_decode = a.cluster == "on"
+        print(f"== {a.size} {prec} batch {b}, fused {a.fused}, cluster {a.cluster}", flush=True)
         print("\n".join(run_case(r, int(b), a.steps)), flush=True)
     return 0
 

@@ -21,6 +21,10 @@ the same five steps below as phases, the blocks of the grid meeting at a barrier
 where its activations and weight ring fit one SM's shared memory: fused_decode=True, or "auto"
 (the default), which picks it where it measured faster (fused_auto; docs/PERFORMANCE.md, versions
 4, 12, 14, 15 and 17): bf16 weights from n_embd FUSED_AUTO_MIN_D on (gpt2-xl).
+A batch-1 step with bf16 weights at gpt2's width runs every block in decode_cluster_bf16 instead
+(cuda_cluster; cluster_decode=True, the default, where the device holds all its clusters at once): one
+thread block cluster per head, two handoffs a layer through global memory and three inside the
+clusters (docs/PERFORMANCE.md, version 35: 7,010-7,044 tok/s against the five kernels' 6,631-6,700).
 Otherwise five kernels per block:
     qkv = LN(x) @ W_qkv + b; K, V -> cache   gemv_*_nt_ln_bias_kv
     a = attention(q, cache)           attention_decode_f32
@@ -145,7 +149,8 @@ class CudaRunner(Runner):
     backend = "cuda"
 
     def __init__(self, weights: ModelWeights, precision: str = "fp32", use_graphs: bool = True,
-                 programmatic: bool = True, fused_decode: bool | str = "auto", wgmma: bool | str = "auto", cluster_decode: bool = True):
+                 programmatic: bool = True, fused_decode: bool | str = "auto", wgmma: bool | str = "auto",
+                 cluster_decode: bool = True):
         if precision not in VARIANTS:
             raise ValueError(f"cuda backend precision must be one of {', '.join(VARIANTS)}; got {precision!r}")
         self.precision = precision
