@@ -6,7 +6,7 @@
 // boundary of 1.5-2.9 us, five a layer, 10.6 us (docs/PERFORMANCE.md, versions 32 and 34). Here a layer has
 // two handoffs through global memory and three inside a cluster (distributed shared memory and
 // barrier.cluster, 0.5-1.8 us in version 34's probes): 9.65 us a layer at gpt2 (version 35's trace; gpt2
-// bf16 b1 7,010-7,044 tok/s against the chain's 6,631-6,700). Cluster c owns head c from its LayerNorm to
+// bf16 b1 6,977-7,044 tok/s against the chain's 6,631-6,700). Cluster c owns head c from its LayerNorm to
 // its share of the projections:
 //
 //   phase  block r of cluster c computes                                   hands off by
