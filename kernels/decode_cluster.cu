@@ -46,7 +46,9 @@
 //   kv       the KV cache as decode_layers.cu takes it: key p of cache row s, layer l at
 //            kv + s * batch_stride + l * layer_stride + p * D, its value n_ctx * D further on
 //   seq, pos, lengths [1] int32: the token goes to cache row seq[0] at position pos[0] and attends to
-//            lengths[0] keys; lengths outside [1, n_ctx] give a NaN attention
+//            lengths[0] keys. The caller keeps seq[0] a row of the cache, pos[0] < n_ctx and lengths[0] <= n_ctx
+//            (gpt2block: Cache.check_room); lengths[0] < 1 gives a NaN attention, and past n_ctx the keys'
+//            loads would leave the layer's cache (they are not clamped)
 //   part1, part2  float32 [H][D] scratch (each fully written before it is read)
 //   sync     [2] uint32: the grid counter and the blocks out; zero before the first launch, and each
 //            launch leaves them zero

@@ -1,8 +1,9 @@
 """The cluster decode kernel's weight order and partition, without a GPU (kernels/decode_cluster.cu,
-gpt2block/backends/cuda_cluster.py): every block's share of a layer is where the kernel reads it; one
-decode step of a layer done as the kernel splits it (per block and per cluster, the projections' partials
-summed in cluster order) from the packed shares agrees with the reference block; and the Python sizes
-agree with the kernel's own #defines."""
+gpt2block/backends/cuda_cluster.py): every block's share of a layer holds the rows and columns the kernel's
+header says it does; one decode step of a layer formed from the packed shares block by block and cluster
+by cluster (the projections' partials summed in cluster order) agrees with the reference block (its
+attention as one softmax: the kernel's split softmax is tested on the GPU, tests/gpu/test_decode_cluster.py);
+and the Python sizes agree with the kernel's own #defines."""
 
 import re
 
@@ -36,7 +37,7 @@ def _shares(packed, c, r):
             s[n_qkv + n_o:n_qkv + n_o + n_fc].reshape(FR, D), s[n_qkv + n_o + n_fc:].reshape(OR, FH))
 
 
-def test_each_block_share_is_where_the_kernel_reads_it():
+def test_each_block_share_holds_what_the_kernel_header_says():
     m = _decode_mats(np.random.default_rng())
     packed = pack_matrices(np, m["w_qkv"], m["w_attn"], m["w_fc"], m["w_proj"])
     assert packed.shape == (H, CLUSTER, block_share(D))
@@ -53,7 +54,7 @@ def test_each_block_share_is_where_the_kernel_reads_it():
 @pytest.mark.parametrize("length", [1, 2, 30, 129])
 def test_a_step_split_as_the_kernel_splits_it_matches_the_reference(length):
     """float64: the reference block on the new token (K, V of the earlier positions given) against the
-    step formed from the packed shares block by block and cluster by cluster, as the kernel forms it."""
+    step formed from the packed shares block by block and cluster by cluster, as the kernel splits it."""
     rng = np.random.default_rng()
     lay = block_layout(D)
     flat = rng.standard_normal(lay.numel) * 0.05

@@ -375,7 +375,9 @@ class CudaRunner(Runner):
 
     def _cluster_fits(self, b: int) -> bool:
         """Whether this step runs its blocks in the one decode_cluster kernel (batch 1, bf16 weights,
-        gpt2's width, a device that holds every cluster at once)."""
+        gpt2's width, a Hopper GPU that holds every cluster at once). The first call that may use it
+        packs its weights (allocations and kernels): _decode_device and _decode_chained ask before they
+        capture a step."""
         if b != 1 or not self.cluster_decode:
             return False
         if self._cluster is None:
@@ -432,6 +434,7 @@ class CudaRunner(Runner):
         self.stream.synchronize()  # the previous step's copies have used the pinned buffers
         cache.step_host[:] = [tokens, np.arange(b), pos, pos + 1]  # ids, seq, pos, lengths
         with self.stream:
+            self._cluster_fits(b)  # the cluster kernel's packed weights, made before any capture
             if cache.graph is not None:
                 cache.graph.launch(self.stream)
             elif self.use_graphs and cache.warm:
@@ -464,6 +467,7 @@ class CudaRunner(Runner):
         argmax_ring[slot] (mapped host memory: no copy after the kernels), then an event."""
         ring = cache.argmax_ring[slot]
         with self.stream:
+            self._cluster_fits(cache.batch)  # the cluster kernel's packed weights, made before any capture
             if self._screened(cache.batch) and cache.graph_chain[slot] is None:
                 # the module build, the table and workspaces (allocations, a kernel): before the step's kernels,
                 # so never under a capture, and finished before the screen reads the table ahead of its pdl_wait

@@ -2,12 +2,14 @@
 with bf16 weights in one persistent kernel, one cluster of CLUSTER blocks per head
 (kernels/decode_cluster.cu, which says why and how).
 
-``DecodeClusters(block_views, dec_mats, config)`` packs the model's decode matrices once into the
-kernel's order (each block's share of a layer one contiguous stretch: ``pack_matrices``, which the
-CPU tests check against the kernel's description) and owns the kernel's scratch (the projections'
-partials, the grid counter). ``fits()`` says whether this device and model can run it: bf16 weights,
-n_embd == WIDTH, compute capability 9.0, and every cluster resident at once (the driver's count of
-co-resident clusters for the kernel's shared memory). ``launch`` runs the step's layers on x in place.
+``DecodeClusters(block_views, dec_mats, config)`` owns the kernel's scratch (the projections' partials,
+the grid counter). ``fits()`` says whether this device and model can run it: bf16 weights, n_embd ==
+WIDTH, compute capability 9.0 (the sm_90a build), the kernel's shared memory, and every cluster resident
+at once (the driver's count of co-resident clusters); where it does, and only then, it packs the model's
+decode matrices into the kernel's order (each block's share of a layer one contiguous stretch:
+``pack_matrices``, which the CPU tests check against the kernel's description; 170 MB at gpt2). The
+runner asks before it captures a step (the packing allocates and launches). ``launch`` runs the step's
+layers on x in place.
 """
 
 from __future__ import annotations
@@ -62,14 +64,12 @@ class DecodeClusters:
 
         self.config = c = config
         d = c.n_embd
-        self.ok_shape = d == WIDTH and dec_mats[0]["w_qkv"].dtype == np.uint16
+        self.ok_shape = d == WIDTH and c.n_layer >= 1 and dec_mats[0]["w_qkv"].dtype == np.uint16
         self.kernel = None
         self._fits = None
+        self._model = (block_views, dec_mats)  # packed by fits() where the kernel runs
         if not self.ok_shape:
             return
-        self.wpk = cp.stack([pack_matrices(cp, m["w_qkv"], m["w_attn"], m["w_fc"], m["w_proj"]) for m in dec_mats])
-        self.vecs = cp.stack([cp.stack([w[k] for k in VECTORS]) for w in block_views])  # [L, 6, D]
-        self.bqf = cp.stack([cp.concatenate([w["b_qkv"], w["b_fc"]]) for w in block_views])  # [L, 7D]
         h = d // HEAD_DIM
         self.part1 = cp.empty((h, d), cp.float32)  # the projections' partials, one row a cluster
         self.part2 = cp.empty((h, d), cp.float32)
@@ -78,15 +78,27 @@ class DecodeClusters:
         self.smem = smem_bytes(d)
 
     def fits(self) -> bool:
-        """Whether this model runs on this device in clusters (worked out once)."""
+        """Whether this model runs on this device in clusters (worked out once; packs the weights where
+        it does)."""
         if self._fits is None:
             self._fits = self._check()
+            if self._fits:
+                self._pack()
+            self._model = None
         return self._fits
+
+    def _pack(self) -> None:
+        import cupy as cp
+
+        block_views, dec_mats = self._model
+        self.wpk = cp.stack([pack_matrices(cp, m["w_qkv"], m["w_attn"], m["w_fc"], m["w_proj"]) for m in dec_mats])
+        self.vecs = cp.stack([cp.stack([w[k] for k in VECTORS]) for w in block_views])  # [L, 6, D]
+        self.bqf = cp.stack([cp.concatenate([w["b_qkv"], w["b_fc"]]) for w in block_views])  # [L, 7D]
 
     def _check(self) -> bool:
         import cupy as cp
 
-        if not self.ok_shape or int(cp.cuda.Device().compute_capability) < 90:
+        if not self.ok_shape or cp.cuda.Device().compute_capability != "90":
             return False
         if cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"] < self.smem:
             return False
@@ -104,10 +116,11 @@ class DecodeClusters:
             raise ValueError("decode_cluster does not run this model on this device (DecodeClusters.fits)")
         c = self.config
         d = c.n_embd
-        if tuple(x.shape) != (1, d) or not x.flags.c_contiguous:
-            raise ValueError(f"x must be C-contiguous (1, {d}); got {x.shape}")
-        if kv.shape[1:] != (c.n_layer, 2, c.n_positions, d):
-            raise ValueError(f"kv must be [B, {c.n_layer}, 2, {c.n_positions}, {d}]; got {kv.shape}")
+        if tuple(x.shape) != (1, d) or x.dtype != np.float32 or not x.flags.c_contiguous:
+            raise ValueError(f"x must be C-contiguous float32 (1, {d}); got {x.dtype} {x.shape}")
+        if kv.shape[1:] != (c.n_layer, 2, c.n_positions, d) or kv.dtype != np.float32 or not kv.flags.c_contiguous:
+            raise ValueError(f"kv must be C-contiguous float32 [B, {c.n_layer}, 2, {c.n_positions}, {d}]; "
+                             f"got {kv.dtype} {kv.shape}")
         for name, arr in (("seq", seq), ("pos", pos), ("lengths", lengths)):
             if arr.dtype != np.int32 or arr.shape != (1,):
                 raise ValueError(f"{name} must be int32 [1]; got {arr.dtype} {arr.shape}")
