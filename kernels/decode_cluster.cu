@@ -157,6 +157,7 @@ __device__ __forceinline__ void dc_broadcast(float* local, float v) {
         unsigned ra;
         GW_ASM("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(a), "r"(rank));
         GW_ASM("st.shared::cluster.f32 [%0], %1;\n" ::"r"(ra), "f"(v) : "memory");
+        (void)ra;  // (built for another target GW_ASM drops its operands)
     }
 }
 // The grid counter: a block's arrival once its partials are written (after a block barrier, so thread 0's
