@@ -73,3 +73,34 @@ def test_launch_error_names_the_kernel(monkeypatch):
     monkeypatch.setattr(cuda_launch, "_lib", lambda: FakeLib())
     with pytest.raises(RuntimeError, match="my_kernel: cuLaunchKernelEx failed with CUDA_ERROR_INVALID_VALUE"):
         cuda_launch.launch_programmatic(0x1234, "my_kernel", (1,), (32,), (), 0, 0)
+
+
+def test_max_active_clusters_asks_the_driver_with_the_launch_shape(monkeypatch):
+    """cuOccupancyMaxActiveClusters gets the padded grid and block, the shared memory and no attributes;
+    its count is returned, and an error code is raised with its name."""
+    seen = {}
+
+    class Occupancy:  # a driver entry point: argtypes / restype are set on it
+        rc = 0
+
+        def __call__(self, n, func, cfg):
+            c = cfg._obj
+            seen["dims"] = (c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY, c.blockDimZ)
+            seen["smem"], seen["n_attrs"] = c.sharedMemBytes, c.numAttrs
+            n._obj.value = 15
+            return self.rc
+
+    class FakeLib:
+        cuOccupancyMaxActiveClusters = Occupancy()
+
+        def cuGetErrorName(self, rc, out):
+            out._obj.value = b"CUDA_ERROR_INVALID_CLUSTER_SIZE"
+            return 0
+
+    lib = FakeLib()
+    monkeypatch.setattr(cuda_launch, "_lib", lambda: lib)
+    assert cuda_launch.max_active_clusters(0x1234, (96,), (256,), 199216) == 15
+    assert seen == {"dims": (96, 1, 1, 256, 1, 1), "smem": 199216, "n_attrs": 0}
+    lib.cuOccupancyMaxActiveClusters.rc = 912
+    with pytest.raises(RuntimeError, match="cuOccupancyMaxActiveClusters failed with CUDA_ERROR_INVALID_CLUSTER_SIZE"):
+        cuda_launch.max_active_clusters(0x1234, (96,), (256,), 199216)

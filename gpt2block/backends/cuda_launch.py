@@ -92,12 +92,16 @@ def launch_programmatic(func_ptr: int, name: str, grid, block, args, shared_mem:
     attr = LaunchAttribute()
     attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     attr.value[0] = 1  # programmaticStreamSerializationAllowed = 1 (an int, little-endian)
-    dims = [int(v) for v in grid] + [1] * (3 - len(grid)) + [int(v) for v in block] + [1] * (3 - len(block))
-    cfg = LaunchConfig(*dims, int(shared_mem), ctypes.c_void_p(stream_ptr), ctypes.pointer(attr), 1)
+    cfg = LaunchConfig(*_dims(grid, block), int(shared_mem), ctypes.c_void_p(stream_ptr), ctypes.pointer(attr), 1)
     lib = _lib()
     # params points into values, alive until this function returns; the launch copies them
     rc = lib.cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(func_ptr), params, None)
     _check(rc, f"{name}: cuLaunchKernelEx")
+
+
+def _dims(grid, block) -> list:
+    """gridDimX..Z, blockDimX..Z of LaunchConfig: grid and block padded with 1s to three dimensions."""
+    return [int(v) for v in grid] + [1] * (3 - len(grid)) + [int(v) for v in block] + [1] * (3 - len(block))
 
 
 def _check(rc: int, what: str) -> None:
@@ -116,8 +120,7 @@ def max_active_clusters(func_ptr: int, grid, block, shared_mem: int) -> int:
     fn = lib.cuOccupancyMaxActiveClusters  # (CUDA 11.8 and later drivers)
     fn.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.POINTER(LaunchConfig)]
     fn.restype = ctypes.c_int
-    dims = [int(v) for v in grid] + [1] * (3 - len(grid)) + [int(v) for v in block] + [1] * (3 - len(block))
-    cfg = LaunchConfig(*dims, int(shared_mem), None, None, 0)
+    cfg = LaunchConfig(*_dims(grid, block), int(shared_mem), None, None, 0)
     n = ctypes.c_int(0)
     _check(fn(ctypes.byref(n), ctypes.c_void_p(func_ptr), ctypes.byref(cfg)), "cuOccupancyMaxActiveClusters")
     return int(n.value)

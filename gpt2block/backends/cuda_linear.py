@@ -601,8 +601,9 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
             + (f"_{epilogue}" if epilogue else "") + ("_kv" if kv is not None else "")
             + f"_m{mp}")
     defines = _gemv_nt_defines(n, k, mp, w.dtype != np.float32, ln is not None)
-    if dict(defines).get("GEMV_LN_K", 0) not in (0, k) and ln is not None:  # NT_DEFINES may set it
-        raise ValueError(f"this build's LayerNorm is made for K = {dict(defines)['GEMV_LN_K']}; the launch has K = {k}")
+    ln_k = dict(defines).get("GEMV_LN_K", 0)  # NT_DEFINES may set it
+    if ln is not None and ln_k not in (0, k):
+        raise ValueError(f"this build's LayerNorm is made for K = {ln_k}; the launch has K = {k}")
     wpr, grid = gemv_nt_plan(n, k, cpt, mp, w.dtype != np.float32, ln is not None and epilogue is None,
                              defines=defines)
     args = (x, w, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
