@@ -46,9 +46,9 @@
 //   kv       the KV cache as decode_layers.cu takes it: key p of cache row s, layer l at
 //            kv + s * batch_stride + l * layer_stride + p * D, its value n_ctx * D further on
 //   seq, pos, lengths [1] int32: the token goes to cache row seq[0] at position pos[0] and attends to
-//            lengths[0] keys. The caller keeps seq[0] a row of the cache, pos[0] < n_ctx and lengths[0] <= n_ctx
-//            (gpt2block: Cache.check_room); lengths[0] < 1 gives a NaN attention, and past n_ctx the keys'
-//            loads would leave the layer's cache (they are not clamped)
+//            lengths[0] keys. The caller keeps seq[0] a row of the cache (gpt2block: Cache.check_room);
+//            lengths[0] outside [1, n_ctx] or pos[0] outside [0, n_ctx) reads no key, writes no cache row
+//            and gives a NaN attention (so NaN logits)
 //   part1, part2  float32 [H][D] scratch (each fully written before it is read)
 //   sync     [2] uint32: the grid counter and the blocks out; zero before the first launch, and each
 //            launch leaves them zero
@@ -357,7 +357,9 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
     const int row_s = seq[0], p_new = pos[0], len = lengths[0];
     unsigned target = 0;  // the grid counter's (sync[0]) arrivals to wait for
     DC_PAIR(0);
-    const bool len_ok = len >= 1 && len <= n_ctx;
+    // a length or position the cache cannot hold reads no key, writes no cache row and gives NaN
+    const bool len_ok = len >= 1 && len <= n_ctx && p_new >= 0 && p_new < n_ctx;
+    const int len_keys = len_ok ? len : 0;
     float* kv_row = kv + (long long)row_s * batch_stride;
 #pragma unroll
     for (int i = 0; i < DC_D / DC_THREADS; ++i) xs[tid + i * DC_THREADS] = x[tid + i * DC_THREADS];
@@ -381,7 +383,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         // A: x = x + b_proj + sum part2 (the layer before's), h = LN1(x), this block's q, k, v
         const int p0 = r * DC_GROUPS + g;  // the group's first key, fetched before the wait for x
         float4 k0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v0 = k0;
-        if (p0 < len && p0 != p_new) {
+        if (p0 < len_keys && p0 != p_new) {
             k0 = __ldcg(reinterpret_cast<const float4*>(kv_l + (long long)p0 * DC_D + c * HEAD_DIM + 4 * l16));
             v0 = __ldcg(reinterpret_cast<const float4*>(kv_l + (long long)(n_ctx + p0) * DC_D + c * HEAD_DIM + 4 * l16));
         }
@@ -402,7 +404,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
             if (q_lane) {
                 const float v = s + b_q;
                 dc_broadcast(qkv_s + qt * HEAD_DIM + qd, v);
-                if (qt > 0) kv_l[(long long)(qt - 1) * n_ctx * DC_D + (long long)p_new * DC_D + c * HEAD_DIM + qd] = v;
+                if (qt > 0 && len_ok) kv_l[(long long)(qt - 1) * n_ctx * DC_D + (long long)p_new * DC_D + c * HEAD_DIM + qd] = v;
             }
         }
         dc_cluster_sync();
@@ -417,7 +419,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
             float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             const float* kl = kv_l + c * HEAD_DIM + 4 * l16;
             const long long vo = (long long)n_ctx * DC_D;
-            for (int p = p0; p < len; p += DC_C * DC_GROUPS) {
+            for (int p = p0; p < len_keys; p += DC_C * DC_GROUPS) {
                 float4 k4, v4;
                 if (p == p_new) {
                     k4 = *reinterpret_cast<const float4*>(qkv_s + HEAD_DIM + 4 * l16);

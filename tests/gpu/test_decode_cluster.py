@@ -126,3 +126,26 @@ def test_cluster_runs_only_where_built(d, precision, batch, want):
     assert r._cluster_fits(batch) == want
     r.cluster_decode = False
     assert not r._cluster_fits(batch)
+
+
+@pytest.mark.parametrize("length, pos", [(0, 5), (-3, 5), (1025, 5), (1 << 30, 5), (6, 1024), (6, -1)])
+def test_cluster_step_out_of_range_gives_nan_and_leaves_the_cache(cp, length, pos):
+    """A length outside [1, n_ctx] or a position outside [0, n_ctx) (the runner never passes one:
+    Cache.check_room) reads no key, writes no cache row and gives NaN, and the next step is unharmed."""
+    w = _weights(n_layer=2)
+    r = _runner(w, graphs=False)
+    _require_cluster(r)
+    rng = np.random.default_rng()
+    cache = r.new_cache(1)
+    cache.kv[...] = cp.asarray(rng.standard_normal(cache.kv.shape, dtype=np.float32))
+    kv_before = cache.kv.copy()
+    x = cp.asarray(rng.standard_normal((1, 768), dtype=np.float32))
+    i32 = lambda v: cp.asarray([v], dtype=cp.int32)
+    r._cluster.launch(x, cache.kv, i32(0), i32(pos), i32(length))
+    cp.cuda.Device().synchronize()
+    assert bool(cp.isnan(x).all()), "an out-of-range step must give NaN everywhere"
+    assert bool((cache.kv == kv_before).all()), "an out-of-range step must not write the cache"
+    assert int(r._cluster.sync.max()) == 0
+    x2 = cp.asarray(rng.standard_normal((1, 768), dtype=np.float32))
+    r._cluster.launch(x2, cache.kv, i32(0), i32(6), i32(7))
+    assert bool(cp.isfinite(x2).all())
