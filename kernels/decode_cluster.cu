@@ -86,6 +86,10 @@
 #ifndef DC_TRIGGER
 #define DC_TRIGGER 1  // release the dependent kernel at the last layer's start (0: never; A/B and race hunting)
 #endif
+#ifndef DC_W_EVICT_FIRST
+#define DC_W_EVICT_FIRST 1  // the weights' bulk copies evict-first in the L2 (each byte is read once a step), so that
+                            // they stream past what later kernels keep there (the LM screen's rows); 0: no hint
+#endif
 #ifndef DC_EXIT_SYNC
 #define DC_EXIT_SYNC 0  // a cluster barrier before the blocks exit (race hunting)
 #endif
@@ -311,7 +315,10 @@ __device__ __forceinline__ void dc_fetch_matrix(unsigned short* w_s, const unsig
                                                 unsigned long long* bars) {
     const unsigned bar = smem_u32(bars + m), bytes = dc_w_bytes(m);
     mbar_arrive_expect_tx(bar, bytes);
-    bulk_copy_g2s(smem_u32(w_s + dc_w_off(m)), src + dc_w_off(m), bytes, bar);
+    if (DC_W_EVICT_FIRST)
+        bulk_copy_g2s(smem_u32(w_s + dc_w_off(m)), src + dc_w_off(m), bytes, bar, l2_policy(false));
+    else
+        bulk_copy_g2s(smem_u32(w_s + dc_w_off(m)), src + dc_w_off(m), bytes, bar);
 }
 // Thread 0: layer l's vectors into slot l & 1, counted on bars[4 + (l & 1)].
 __device__ __forceinline__ void dc_fetch_vectors(float* vec_s, const float* vecs, int l, unsigned long long* bars) {

@@ -217,3 +217,9 @@ __device__ __forceinline__ void bulk_copy_g2s(unsigned dst, const void* src, uns
     GW_ASM("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
            ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
+// The same with an L2 eviction policy (common.cuh's l2_policy) on the source's lines.
+__device__ __forceinline__ void bulk_copy_g2s(unsigned dst, const void* src, unsigned bytes, unsigned bar,
+                                              unsigned long long policy) {
+    GW_ASM("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n"
+           ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(policy) : "memory");
+}
