@@ -90,6 +90,21 @@
 #define DC_W_EVICT_FIRST 1  // the weights' bulk copies evict-first in the L2 (each byte is read once a step), so that
                             // they stream past what later kernels keep there (the LM screen's rows); 0: no hint
 #endif
+// Where each slot's refill (the next layer's share of that matrix) is issued by thread 0. A grid arrival's
+// release waits for the block's bulk copies in flight, and a gather is slower beside them (version 35), so the
+// point decides which handoff a copy slows. 0: as soon as the slot is free (QKV after the QKV cluster barrier,
+// FC after the FC one, W_proj after the MLP arrival). DC_FETCH_QKV 1: after the attention projection's arrival.
+// DC_FETCH_FC and _PR 1, 2, 3: in the layer that uses it (from the second on), once the first gather is done (1),
+// after the QKV cluster barrier (2), or after the attention projection's arrival (3).
+#ifndef DC_FETCH_QKV
+#define DC_FETCH_QKV 0
+#endif
+#ifndef DC_FETCH_FC
+#define DC_FETCH_FC 0
+#endif
+#ifndef DC_FETCH_PR
+#define DC_FETCH_PR 0
+#endif
 #ifndef DC_EXIT_SYNC
 #define DC_EXIT_SYNC 0  // a cluster barrier before the blocks exit (race hunting)
 #endif
@@ -379,6 +394,12 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
     const int g = tid >> 4, l16 = tid & 15;
     const unsigned half_mask = (tid & 16) ? 0xffff0000u : 0x0000ffffu;
 
+    // thread 0 at point P of layer l (> 0): the refills of FC and W_proj placed there
+#define DC_FETCH_AT(P)                                                                                           \
+    do {                                                                                                         \
+        if (tid == 0 && l > 0 && DC_FETCH_FC == (P)) dc_fetch_matrix(w_s, w_blk + l * w_layer, 2, bars);         \
+        if (tid == 0 && l > 0 && DC_FETCH_PR == (P)) dc_fetch_matrix(w_s, w_blk + l * w_layer, 3, bars);         \
+    } while (0)
     for (int l = 0; l < n_layer; ++l) {
         const float* vec = vec_s + (l & 1) * DC_V;
         const float* bq = bqf + (long long)l * 7 * DC_D;
@@ -398,6 +419,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         if (l > 0) {
             dc_grid_wait(sync, target += gridDim.x);
             dc_gather(xs, part2, vec_s + ((l - 1) & 1) * DC_V + 5 * DC_D);
+            DC_FETCH_AT(1);
         }
         DC_STAMP(l, 1);
         mbar_wait(smem_u32(bars + 4 + (l & 1)), (l >> 1) & 1);
@@ -416,7 +438,8 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         }
         dc_cluster_sync();
         DC_STAMP(l, 4);
-        if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 0, bars);
+        if (tid == 0 && DC_FETCH_QKV == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 0, bars);
+        DC_FETCH_AT(2);
 
         // B: attention of head c, keys p = 16 (8 i + r) + g
         {
@@ -487,7 +510,11 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
                         lane);
         dc_grid_arrive(sync);  // (a block barrier: every warp is done with the slot)
         DC_STAMP(l, 7);
-        if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 1, bars);
+        if (tid == 0 && l + 1 < n_layer) {
+            if (DC_FETCH_QKV == 1) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 0, bars);
+            dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 1, bars);
+        }
+        DC_FETCH_AT(3);
 
         // D: x1 = x + b_attn + sum part1, h = LN2(x1), this block's FC outputs
         dc_grid_wait(sync, target += gridDim.x);
@@ -502,7 +529,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         }
         dc_cluster_sync();
         DC_STAMP(l, 10);
-        if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 2, bars);
+        if (tid == 0 && DC_FETCH_FC == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 2, bars);
 
         // E: part2[c][96 r + i] = f . W_proj^T slice
         mbar_wait(smem_u32(bars + 3), l & 1);
@@ -512,7 +539,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         DC_STAMP(l, 12);
         dc_grid_arrive(sync);  // (a block barrier: every warp is done with the slot)
         DC_STAMP(l, 13);
-        if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 3, bars);
+        if (tid == 0 && DC_FETCH_PR == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 3, bars);
     }
 
     // the last layer's residual: cluster 0 writes x
