@@ -29,9 +29,10 @@
 // Every block keeps the whole residual stream x [D] in shared memory (the gathers are the same sums in
 // the same order in every block, so the copies agree bit for bit), so the LayerNorms need no handoff.
 // Weights: a block's share of a layer is one contiguous stretch of the packed copy (below), 144 KB at
-// D = 768, in four shared-memory slots, one a matrix, each refilled by one bulk copy with the next
-// layer's share as soon as this layer is done with it: the copies run a layer ahead of the arithmetic,
-// across the barriers. The layer's vectors (LayerNorm gains and shifts, the projections' biases) come
+// D = 768, in four shared-memory slots, one a matrix, each refilled by one bulk copy (evict-first in the
+// L2) with the next layer's share once this layer is done with it: the copies run ahead of the arithmetic,
+// across the barriers. FC's refill waits for the next layer's first gather (DC_FETCH_FC), because a grid
+// arrival's release waits for the block's copies in flight (version 36: 9.65 -> 9.15 us a layer). The layer's vectors (LayerNorm gains and shifts, the projections' biases) come
 // by a bulk copy into two slots (this layer's and the next); the QKV and FC bias slices by plain loads.
 //
 // decode_cluster_bf16(wpk, vecs, bqf, n_layer, eps, x, kv, batch_stride, layer_stride, n_ctx, seq, pos,
@@ -95,12 +96,15 @@
 // point decides which handoff a copy slows. 0: as soon as the slot is free (QKV after the QKV cluster barrier,
 // FC after the FC one, W_proj after the MLP arrival). DC_FETCH_QKV 1: after the attention projection's arrival.
 // DC_FETCH_FC and _PR 1, 2, 3: in the layer that uses it (from the second on), once the first gather is done (1),
-// after the QKV cluster barrier (2), or after the attention projection's arrival (3).
+// after the QKV cluster barrier (2), or after the attention projection's arrival (3). gpt2 bf16 b1 on the H200,
+// tok/s in one process (docs/PERFORMANCE.md, version 36): FC 0 7,175-7,215; FC 1 7,540-7,562 (kept: the MLP
+// arrival no longer waits for FC's 48 KB); FC 2 6,929-6,961; FC 3 7,203-7,209; with FC 1, W_proj 1, 2 or 3
+// 7,176-7,388 against 0's 7,540-7,562; QKV 1 no faster (7,204-7,220 against 7,185-7,199).
 #ifndef DC_FETCH_QKV
 #define DC_FETCH_QKV 0
 #endif
 #ifndef DC_FETCH_FC
-#define DC_FETCH_FC 0
+#define DC_FETCH_FC 1
 #endif
 #ifndef DC_FETCH_PR
 #define DC_FETCH_PR 0
