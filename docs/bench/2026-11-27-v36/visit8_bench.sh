@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Version 36, GPU visit 7: the final code: the whole benchmark in one run (every section, gpt2-xl included).
+# Version 36, GPU visit 8: the final code: the whole benchmark in one run (every section, gpt2-xl included).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD"
