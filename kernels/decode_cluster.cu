@@ -32,8 +32,9 @@
 // D = 768, in four shared-memory slots, one a matrix, each refilled by one bulk copy (evict-first in the
 // L2) with the next layer's share once this layer is done with it: the copies run ahead of the arithmetic,
 // across the barriers. FC's refill waits for the next layer's first gather (DC_FETCH_FC), because a grid
-// arrival's release waits for the block's copies in flight (version 36: 9.65 -> 9.15 us a layer). The layer's vectors (LayerNorm gains and shifts, the projections' biases) come
-// by a bulk copy into two slots (this layer's and the next); the QKV and FC bias slices by plain loads.
+// arrival's release waits for the block's copies in flight (version 36: 9.6 -> 9.15 us a layer). The layer's
+// vectors (LayerNorm gains and shifts, the projections' biases) come by a bulk copy into two slots (this
+// layer's and the next); the QKV and FC bias slices by plain loads.
 //
 // decode_cluster_bf16(wpk, vecs, bqf, n_layer, eps, x, kv, batch_stride, layer_stride, n_ctx, seq, pos,
 //                     lengths, part1, part2, sync)
@@ -545,6 +546,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         DC_STAMP(l, 13);
         if (tid == 0 && DC_FETCH_PR == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 3, bars);
     }
+#undef DC_FETCH_AT
 
     // the last layer's residual: cluster 0 writes x
     dc_grid_wait(sync, target += gridDim.x);

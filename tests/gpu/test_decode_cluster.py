@@ -140,7 +140,10 @@ def test_cluster_step_out_of_range_gives_nan_and_leaves_the_cache(cp, length, po
     cache.kv[...] = cp.asarray(rng.standard_normal(cache.kv.shape, dtype=np.float32))
     kv_before = cache.kv.copy()
     x = cp.asarray(rng.standard_normal((1, 768), dtype=np.float32))
-    i32 = lambda v: cp.asarray([v], dtype=cp.int32)
+
+    def i32(v):
+        return cp.asarray([v], dtype=cp.int32)
+
     r._cluster.launch(x, cache.kv, i32(0), i32(pos), i32(length))
     cp.cuda.Device().synchronize()
     assert bool(cp.isnan(x).all()), "an out-of-range step must give NaN everywhere"
