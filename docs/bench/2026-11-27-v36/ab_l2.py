@@ -17,7 +17,10 @@ from gpt2block.weights import ModelWeights  # noqa: E402
 
 
 def defs(spec):
-    return tuple(tuple(d.split("=")) for d in spec.split(",") if d)
+    """DEF=V,DEF=V as #define pairs; a V of digits alone as an int (cuda_linear reads some of them, e.g. the screen's
+    LM_SCREEN_MIN_BLOCKS for its grid)."""
+    pairs = (d.split("=") for d in spec.split(",") if d)
+    return tuple((k, int(v) if v.isdigit() else v) for k, v in pairs)
 
 
 variants = []
