@@ -5,9 +5,9 @@
 // Why: at batch 1 the five-kernel chain (gemv.cu, attention.cu) is a chain of handoffs, each a kernel
 // boundary of 1.5-2.9 us, five a layer, 10.6 us (docs/PERFORMANCE.md, versions 32 and 34). Here a layer has
 // two handoffs through global memory and three inside a cluster (distributed shared memory and
-// barrier.cluster, 0.5-1.8 us in version 34's probes): 9.65 us a layer at gpt2 (version 35's trace; gpt2
-// bf16 b1 6,977-7,044 tok/s against the chain's 6,631-6,700). Cluster c owns head c from its LayerNorm to
-// its share of the projections:
+// barrier.cluster, 0.5-1.8 us in version 34's probes): 9.15 us a layer at gpt2 (version 36's trace; gpt2
+// bf16 b1 7,540-7,562 tok/s, the chain 6,631-6,700 in version 35). Cluster c owns head c from its LayerNorm
+// to its share of the projections:
 //
 //   phase  block r of cluster c computes                                   hands off by
 //   A      h = LN1(x); q, k, v dims [8r, 8r + 8) of head c; K, V -> cache    DSMEM to the 8 blocks, cluster barrier
@@ -92,23 +92,16 @@
 #define DC_W_EVICT_FIRST 1  // the weights' bulk copies evict-first in the L2 (each byte is read once a step), so that
                             // they stream past what later kernels keep there (the LM screen's rows); 0: no hint
 #endif
-// Where each slot's refill (the next layer's share of that matrix) is issued by thread 0. A grid arrival's
-// release waits for the block's bulk copies in flight, and a gather is slower beside them (version 35), so the
-// point decides which handoff a copy slows. 0: as soon as the slot is free (QKV after the QKV cluster barrier,
-// FC after the FC one, W_proj after the MLP arrival). DC_FETCH_QKV 1: after the attention projection's arrival.
-// DC_FETCH_FC and _PR 1, 2, 3: in the layer that uses it (from the second on), once the first gather is done (1),
-// after the QKV cluster barrier (2), or after the attention projection's arrival (3). gpt2 bf16 b1 on the H200,
-// tok/s in one process (docs/PERFORMANCE.md, version 36): FC 0 7,175-7,215; FC 1 7,540-7,562 (kept: the MLP
-// arrival no longer waits for FC's 48 KB); FC 2 6,929-6,961; FC 3 7,203-7,209; with FC 1, W_proj 1, 2 or 3
-// 7,176-7,388 against 0's 7,540-7,562; QKV 1 no faster (7,204-7,220 against 7,185-7,199).
-#ifndef DC_FETCH_QKV
-#define DC_FETCH_QKV 0
-#endif
+// Where thread 0 issues each slot's refill (the next layer's share of that matrix). A grid arrival's release
+// waits for the block's bulk copies in flight, and a gather is slower beside them (version 35), so the point
+// decides which handoff a copy slows. QKV's refill goes out after the QKV cluster barrier, W_attn's after the
+// attention projection's arrival, W_proj's after the MLP projection's arrival (each as soon as its slot is
+// free), and FC's (DC_FETCH_FC 1) once the next layer's first gather is done, so that the MLP arrival no longer
+// waits for its 48 KB; 0: after the FC cluster barrier, as soon as free. gpt2 bf16 b1 on the H200, tok/s in one
+// process (docs/PERFORMANCE.md, version 36, which also lists the other points measured, all slower or no
+// faster): FC 0 7,175-7,215, FC 1 7,540-7,562.
 #ifndef DC_FETCH_FC
 #define DC_FETCH_FC 1
-#endif
-#ifndef DC_FETCH_PR
-#define DC_FETCH_PR 0
 #endif
 #ifndef DC_EXIT_SYNC
 #define DC_EXIT_SYNC 0  // a cluster barrier before the blocks exit (race hunting)
@@ -399,12 +392,6 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
     const int g = tid >> 4, l16 = tid & 15;
     const unsigned half_mask = (tid & 16) ? 0xffff0000u : 0x0000ffffu;
 
-    // thread 0 at point P of layer l (> 0): the refills of FC and W_proj placed there
-#define DC_FETCH_AT(P)                                                                                           \
-    do {                                                                                                         \
-        if (tid == 0 && l > 0 && DC_FETCH_FC == (P)) dc_fetch_matrix(w_s, w_blk + l * w_layer, 2, bars);         \
-        if (tid == 0 && l > 0 && DC_FETCH_PR == (P)) dc_fetch_matrix(w_s, w_blk + l * w_layer, 3, bars);         \
-    } while (0)
     for (int l = 0; l < n_layer; ++l) {
         const float* vec = vec_s + (l & 1) * DC_V;
         const float* bq = bqf + (long long)l * 7 * DC_D;
@@ -424,7 +411,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         if (l > 0) {
             dc_grid_wait(sync, target += gridDim.x);
             dc_gather(xs, part2, vec_s + ((l - 1) & 1) * DC_V + 5 * DC_D);
-            DC_FETCH_AT(1);
+            if (tid == 0 && DC_FETCH_FC == 1) dc_fetch_matrix(w_s, w_blk + l * w_layer, 2, bars);  // this layer's FC
         }
         DC_STAMP(l, 1);
         mbar_wait(smem_u32(bars + 4 + (l & 1)), (l >> 1) & 1);
@@ -443,8 +430,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         }
         dc_cluster_sync();
         DC_STAMP(l, 4);
-        if (tid == 0 && DC_FETCH_QKV == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 0, bars);
-        DC_FETCH_AT(2);
+        if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 0, bars);
 
         // B: attention of head c, keys p = 16 (8 i + r) + g
         {
@@ -515,11 +501,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
                         lane);
         dc_grid_arrive(sync);  // (a block barrier: every warp is done with the slot)
         DC_STAMP(l, 7);
-        if (tid == 0 && l + 1 < n_layer) {
-            if (DC_FETCH_QKV == 1) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 0, bars);
-            dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 1, bars);
-        }
-        DC_FETCH_AT(3);
+        if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 1, bars);
 
         // D: x1 = x + b_attn + sum part1, h = LN2(x1), this block's FC outputs
         dc_grid_wait(sync, target += gridDim.x);
@@ -544,9 +526,8 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         DC_STAMP(l, 12);
         dc_grid_arrive(sync);  // (a block barrier: every warp is done with the slot)
         DC_STAMP(l, 13);
-        if (tid == 0 && DC_FETCH_PR == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 3, bars);
+        if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 3, bars);
     }
-#undef DC_FETCH_AT
 
     // the last layer's residual: cluster 0 writes x
     dc_grid_wait(sync, target += gridDim.x);

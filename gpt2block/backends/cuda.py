@@ -24,7 +24,8 @@ where its activations and weight ring fit one SM's shared memory: fused_decode=T
 A batch-1 step with bf16 weights at gpt2's width runs every block in decode_cluster_bf16 instead
 (cuda_cluster; cluster_decode=True, the default, where the device holds all its clusters at once): one
 thread block cluster per head, two handoffs a layer through global memory and three inside the
-clusters (docs/PERFORMANCE.md, version 35: 6,977-7,044 tok/s against the five kernels' 6,631-6,700).
+clusters (docs/PERFORMANCE.md: version 35, 6,977-7,044 tok/s against the five kernels' 6,631-6,700;
+version 36, 7,540-7,562).
 Otherwise five kernels per block:
     qkv = LN(x) @ W_qkv + b; K, V -> cache   gemv_*_nt_ln_bias_kv
     a = attention(q, cache)           attention_decode_f32

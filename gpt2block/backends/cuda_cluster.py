@@ -24,7 +24,8 @@ WIDTH = 768  # DC_D: the width the kernel is built for (gpt2)
 THREADS = 256  # DC_THREADS
 PART = 68  # DC_PART
 GROUPS = THREADS // 16  # DC_GROUPS
-DEFINES: tuple = ()  # extra #defines of decode_cluster.cu (switches and tracing: DC_TRIGGER, DC_EXIT_SYNC, DC_TRACE)
+DEFINES: tuple = ()  # extra #defines of decode_cluster.cu (switches and tracing: DC_TRIGGER, DC_W_EVICT_FIRST,
+# DC_FETCH_FC, DC_EXIT_SYNC, DC_TRACE)
 VECTORS = ("ln1_g", "ln1_b", "b_attn", "ln2_g", "ln2_b", "b_proj")  # a layer's vector slot, in order
 
 
