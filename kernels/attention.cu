@@ -57,16 +57,24 @@
 #include "mma.cuh"
 #include "attention_split.cuh"
 
-#define ATTN_LDS 68                       // shared row stride (floats) of a 64-wide tile: 16-byte rows, no bank conflicts
+// Build parameters (gpt2block/backends/cuda/build.py; the host sizes shared memory and grids by the same
+// values): ATTN_LDS the shared row stride (floats) of a 64-wide tile (68: 16-byte rows, no bank
+// conflicts), ATTN_DEC_THREADS the decode kernel's block, ATTN_DEC_CLUSTER its blocks per (row, head): one
+// cluster on sm_90.
+#ifndef ATTN_LDS
+#error "ATTN_LDS is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef ATTN_DEC_THREADS
+#error "ATTN_DEC_THREADS is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef ATTN_DEC_CLUSTER
+#error "ATTN_DEC_CLUSTER is set by gpt2block/backends/cuda/build.py"
+#endif
 #define ATTN_TILE_FLOATS (64 * ATTN_LDS)  // one 64 x 64 tile
 #define ATTN_F32_SMEM_BYTES (3 * ATTN_TILE_FLOATS * 4)   // Q, K (reused for P), V
 #define ATTN_MMA_SMEM_BYTES (4 * ATTN_TILE_FLOATS * 4)   // K and V, double-buffered
 #define ATTN_MMA_F_SMEM_BYTES (ATTN_MMA_SMEM_BYTES + 4 * 8 * 2 * 32 * 16)  // + Q fragments (tf32x3f)
-#define ATTN_DEC_THREADS 128
 #define ATTN_DEC_CHUNK 64  // keys per decode round: 8 per 16-lane group, all loaded at once
-#ifndef ATTN_DEC_CLUSTER
-#define ATTN_DEC_CLUSTER 8  // blocks per (row, head) of the decode kernel: one cluster on sm_90
-#endif
 
 extern __shared__ __align__(16) float attn_smem[];  // dynamic shared memory of the prefill kernels
 

@@ -55,14 +55,19 @@
 #include "wgmma.cuh"
 #include "attention_split.cuh"
 
-#define ATTN_WG_TILE_FLOATS 16384          // one key tile's planes in global memory (64 KB)
+// Build parameters (build.py; the host lays out the K / V planes and launches by them):
+// ATTN_WG_TILE_FLOATS one key tile's planes in global memory (16384: 64 KB), ATTN_WG_THREADS 2 consumer
+// warpgroups + the producer warp (288).
+#ifndef ATTN_WG_TILE_FLOATS
+#error "ATTN_WG_TILE_FLOATS is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef ATTN_WG_THREADS
+#error "ATTN_WG_THREADS is set by gpt2block/backends/cuda/build.py"
+#endif
 #define ATTN_WG_V_FLOATS 8192              // V^T's offset within it
 #define ATTN_WG_BLOCK_BYTES 8192           // one [64][32] plane block
-#define ATTN_WG_THREADS 288                // 2 consumer warpgroups + the producer warp
-#ifndef ATTN_WG_GROUP
 #define ATTN_WG_GROUP 2  // tf32x3: k8 steps per tensor-core sum (6 products); 4 (12 products) measured
                          // up to 3.5x torch fp32's error
-#endif
 #define ATTN_WG_STAGES(planes) ((planes) == 2 ? 2 : 4)
 #define ATTN_WG_Q_BYTES(planes) ((planes) * 2 * ATTN_WG_BLOCK_BYTES)      // one warpgroup's Q planes
 #define ATTN_WG_STAGE_BYTES(planes) ((planes) * 4 * ATTN_WG_BLOCK_BYTES)  // K and V^T planes of a tile

@@ -209,36 +209,33 @@ __device__ __forceinline__ float4 attn_pv16(const float* p, const float4 (&v)[PE
 // the last plain launch ahead of the kernel (so the usual kernel-boundary visibility covers them;
 // nothing still running writes them). ptxas moves read-only loads (ld.global.nc, __ldg) past griddepcontrol.wait, even
 // from a volatile asm: in the SASS every weight load of the projection GEMVs came after the wait
-// (docs/PERFORMANCE.md, version 17). It keeps a plain ld.global before it. PRE_WAIT_LD: the load
-// instruction (an A/B switch; "ld.relaxed.gpu.global", served from L2, measured 1-2% slower).
-#ifndef PRE_WAIT_LD
-#define PRE_WAIT_LD "ld.global"
-#endif
+// (docs/PERFORMANCE.md, version 17). It keeps a plain ld.global before it ("ld.relaxed.gpu.global", served
+// from L2, measured 1-2% slower).
 __device__ __forceinline__ float ld_pre_wait(const float* p) {
     float v;
-    asm volatile(PRE_WAIT_LD ".f32 %0, [%1];\n" : "=f"(v) : "l"(p));
+    asm volatile("ld.global.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
     return v;
 }
 __device__ __forceinline__ float4 ld_pre_wait4(const void* p) {
     float4 v;
-    asm volatile(PRE_WAIT_LD ".v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+    asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
     return v;
 }
 __device__ __forceinline__ uint4 ld_pre_wait4u(const void* p) {
     uint4 v;
-    asm volatile(PRE_WAIT_LD ".v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
 // The same with an L2 eviction policy (l2_policy) on the load.
 __device__ __forceinline__ float4 ld_pre_wait4(const void* p, unsigned long long policy) {
     float4 v;
-    asm volatile(PRE_WAIT_LD ".L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;\n"
+    asm volatile("ld.global.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;\n"
                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p), "l"(policy));
     return v;
 }
 __device__ __forceinline__ uint4 ld_pre_wait4u(const void* p, unsigned long long policy) {
     uint4 v;
-    asm volatile(PRE_WAIT_LD ".L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(policy));
     return v;
 }

@@ -31,7 +31,7 @@
 // Weights: a block's share of a layer is one contiguous stretch of the packed copy (below), 144 KB at
 // D = 768, in four shared-memory slots, one a matrix, each refilled by one bulk copy (evict-first in the
 // L2) with the next layer's share once this layer is done with it: the copies run ahead of the arithmetic,
-// across the barriers. FC's refill waits for the next layer's first gather (DC_FETCH_FC), because a grid
+// across the barriers. FC's refill waits for the next layer's first gather (below), because a grid
 // arrival's release waits for the block's copies in flight (version 36: 9.6 -> 9.15 us a layer). The layer's
 // vectors (LayerNorm gains and shifts, the projections' biases) come by a bulk copy into two slots (this
 // layer's and the next); the QKV and FC bias slices by plain loads.
@@ -65,12 +65,22 @@
 #include "common.cuh"
 #include "wgmma.cuh"  // mbarrier and bulk-copy helpers (GW_ASM: sm_90a)
 
+// Build parameters (gpt2block/backends/cuda/build.py; the host packs the weights and sizes the shared memory
+// by the same values): DC_D the width (gpt2's 768), DC_C blocks per cluster (per head), DC_THREADS,
+// DC_PART floats of an attention partial: acc[64], m, l (and padding).
 #ifndef DC_D
-#define DC_D 768
+#error "DC_D is set by gpt2block/backends/cuda/build.py"
 #endif
-#define DC_C 8                       // blocks per cluster (per head)
+#ifndef DC_C
+#error "DC_C is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef DC_THREADS
+#error "DC_THREADS is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef DC_PART
+#error "DC_PART is set by gpt2block/backends/cuda/build.py"
+#endif
 #define DC_H (DC_D / HEAD_DIM)       // heads = clusters
-#define DC_THREADS 256
 #define DC_WARPS (DC_THREADS / 32)
 #define DC_QR (HEAD_DIM / DC_C)      // 8: dims of q (k, v) a block forms
 #define DC_OR (DC_D / DC_C)          // 96: projection outputs a block forms
@@ -82,54 +92,19 @@
 #define DC_E_PR (DC_OR * DC_FH)
 #define DC_E (DC_E_QKV + DC_E_O + DC_E_FC + DC_E_PR)
 #define DC_V (6 * DC_D)              // floats of a layer's vectors
-#define DC_PART 68                   // floats of an attention partial: acc[64], m, l (and padding)
 #define DC_GROUPS (DC_THREADS / 16)  // 16-lane attention groups of a block
 #define DC_SPINS (1u << 24)          // polls of the grid counter before giving up (__trap)
-#ifndef DC_TRIGGER
-#define DC_TRIGGER 1  // release the dependent kernel at the last layer's start (0: never; A/B and race hunting)
-#endif
-#ifndef DC_W_EVICT_FIRST
-#define DC_W_EVICT_FIRST 1  // the weights' bulk copies evict-first in the L2 (each byte is read once a step), so that
-                            // they stream past what later kernels keep there (the LM screen's rows); 0: no hint
-#endif
 // Where thread 0 issues each slot's refill (the next layer's share of that matrix). A grid arrival's release
 // waits for the block's bulk copies in flight, and a gather is slower beside them (version 35), so the point
 // decides which handoff a copy slows. QKV's refill goes out after the QKV cluster barrier, W_attn's after the
 // attention projection's arrival, W_proj's after the MLP projection's arrival (each as soon as its slot is
-// free), and FC's (DC_FETCH_FC 1) once the next layer's first gather is done, so that the MLP arrival no longer
-// waits for its 48 KB; 0: after the FC cluster barrier, as soon as free. gpt2 bf16 b1 on the H200, tok/s in one
+// free), and FC's once the next layer's first gather is done, so that the MLP arrival no longer waits for its
+// 48 KB (after the FC cluster barrier, as soon as free: slower). gpt2 bf16 b1 on the H200, tok/s in one
 // process (docs/PERFORMANCE.md, version 36, which also lists the other points measured, all slower or no
-// faster): FC 0 7,175-7,215, FC 1 7,540-7,562.
-#ifndef DC_FETCH_FC
-#define DC_FETCH_FC 1
-#endif
-#ifndef DC_EXIT_SYNC
-#define DC_EXIT_SYNC 0  // a cluster barrier before the blocks exit (race hunting)
-#endif
-// Tracing (-DDC_TRACE): thread 0 of the first and last block writes clock64() at each stage of each layer
-// (dc_trace[0 / 1][DC_STAGES * layer + stage], stages in the order of DC_STAMP below) and the clock and the
-// global timer (ns) at the start and end (dc_trace_pair[0 / 1][4]), so a script can turn cycles into time.
-#define DC_STAGES 14
-#ifdef DC_TRACE
-__device__ long long dc_trace[2][DC_STAGES * 64];
-__device__ long long dc_trace_pair[2][4];
-__device__ __forceinline__ long long dc_globaltimer() {
-    long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-    return t;
-}
-#define DC_TRACED (threadIdx.x == 0 && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1))
-#define DC_STAMP(l, i) \
-    if (DC_TRACED && (l) < 64) dc_trace[blockIdx.x != 0][DC_STAGES * (l) + (i)] = clock64()
-#define DC_PAIR(i)                                                             \
-    if (DC_TRACED) {                                                           \
-        dc_trace_pair[blockIdx.x != 0][2 * (i)] = clock64();                   \
-        dc_trace_pair[blockIdx.x != 0][2 * (i) + 1] = dc_globaltimer();        \
-    }
-#else
-#define DC_STAMP(l, i)
-#define DC_PAIR(i)
-#endif
+// faster): FC after the FC barrier 7,175-7,215, after the next layer's first gather 7,540-7,562.
+// The dependent kernel is released at the last layer's start; the weights' bulk copies are evict-first in
+// the L2 (each byte is read once a step), so that they stream past what later kernels keep there (the LM
+// screen's rows).
 
 // Dynamic shared memory, in this order: weights [DC_E] bf16; vectors [2][DC_V]; x [D]; h [D]; qkv [192];
 // group partials [DC_GROUPS][DC_PART]; cluster partials [DC_C][DC_PART]; att [64]; f [256];
@@ -328,10 +303,7 @@ __device__ __forceinline__ void dc_fetch_matrix(unsigned short* w_s, const unsig
                                                 unsigned long long* bars) {
     const unsigned bar = smem_u32(bars + m), bytes = dc_w_bytes(m);
     mbar_arrive_expect_tx(bar, bytes);
-    if (DC_W_EVICT_FIRST)
-        bulk_copy_g2s(smem_u32(w_s + dc_w_off(m)), src + dc_w_off(m), bytes, bar, l2_policy(false));
-    else
-        bulk_copy_g2s(smem_u32(w_s + dc_w_off(m)), src + dc_w_off(m), bytes, bar);
+    bulk_copy_g2s(smem_u32(w_s + dc_w_off(m)), src + dc_w_off(m), bytes, bar, l2_policy(false));
 }
 // Thread 0: layer l's vectors into slot l & 1, counted on bars[4 + (l & 1)].
 __device__ __forceinline__ void dc_fetch_vectors(float* vec_s, const float* vecs, int l, unsigned long long* bars) {
@@ -376,7 +348,6 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
 
     const int row_s = seq[0], p_new = pos[0], len = lengths[0];
     unsigned target = 0;  // the grid counter's (sync[0]) arrivals to wait for
-    DC_PAIR(0);
     // a length or position the cache cannot hold reads no key, writes no cache row and gives NaN
     const bool len_ok = len >= 1 && len <= n_ctx && p_new >= 0 && p_new < n_ctx;
     const int len_keys = len_ok ? len : 0;
@@ -398,7 +369,7 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         float* kv_l = kv_row + (long long)l * layer_stride;
         const float b_q = q_lane ? __ldg(bq + qt * DC_D + c * HEAD_DIM + qd) : 0.0f;
         const float b_f = f_lane ? __ldg(bq + 3 * DC_D + c * DC_FH + fj) : 0.0f;
-        if (DC_TRIGGER && l == n_layer - 1) pdl_trigger();
+        if (l == n_layer - 1) pdl_trigger();
 
         // A: x = x + b_proj + sum part2 (the layer before's), h = LN1(x), this block's q, k, v
         const int p0 = r * DC_GROUPS + g;  // the group's first key, fetched before the wait for x
@@ -407,19 +378,15 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
             k0 = __ldcg(reinterpret_cast<const float4*>(kv_l + (long long)p0 * DC_D + c * HEAD_DIM + 4 * l16));
             v0 = __ldcg(reinterpret_cast<const float4*>(kv_l + (long long)(n_ctx + p0) * DC_D + c * HEAD_DIM + 4 * l16));
         }
-        DC_STAMP(l, 0);
         if (l > 0) {
             dc_grid_wait(sync, target += gridDim.x);
             dc_gather(xs, part2, vec_s + ((l - 1) & 1) * DC_V + 5 * DC_D);
-            if (tid == 0 && DC_FETCH_FC == 1) dc_fetch_matrix(w_s, w_blk + l * w_layer, 2, bars);  // this layer's FC
+            if (tid == 0) dc_fetch_matrix(w_s, w_blk + l * w_layer, 2, bars);  // this layer's FC
         }
-        DC_STAMP(l, 1);
         mbar_wait(smem_u32(bars + 4 + (l & 1)), (l >> 1) & 1);
         dc_layernorm(xs, hs, vec, vec + DC_D, red, eps);
         if (tid == 0 && l > 0 && l + 1 < n_layer) dc_fetch_vectors(vec_s, vecs, l + 1, bars);  // into the slot of l - 1
-        DC_STAMP(l, 2);
         mbar_wait(smem_u32(bars + 0), l & 1);
-        DC_STAMP(l, 3);
         {
             const float s = dc_rows_d<3 * DC_QR / DC_WARPS>(w_s + 3 * warp * DC_D, hs, lane);
             if (q_lane) {
@@ -429,7 +396,6 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
             }
         }
         dc_cluster_sync();
-        DC_STAMP(l, 4);
         if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 0, bars);
 
         // B: attention of head c, keys p = 16 (8 i + r) + g
@@ -477,7 +443,6 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
                 }
                 dc_broadcast(cpart + r * DC_PART + tid, tid == HEAD_DIM ? mb : v);
             }
-            DC_STAMP(l, 5);
             dc_cluster_sync();
             if (tid < HEAD_DIM) {  // the cluster's 8 blocks
                 float mc = attn_neg_inf();
@@ -495,37 +460,28 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
         }
 
         // C: part1[c][96 r + i] = att . W_attn^T slice
-        DC_STAMP(l, 6);
         mbar_wait(smem_u32(bars + 1), l & 1);
         dc_rows_proj<1>(w_s + dc_w_off(1) + 12 * warp * HEAD_DIM, att_s, part1 + c * DC_D + r * DC_OR + 12 * warp,
                         lane);
         dc_grid_arrive(sync);  // (a block barrier: every warp is done with the slot)
-        DC_STAMP(l, 7);
         if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 1, bars);
 
         // D: x1 = x + b_attn + sum part1, h = LN2(x1), this block's FC outputs
         dc_grid_wait(sync, target += gridDim.x);
         dc_gather(xs, part1, vec + 2 * DC_D);
-        DC_STAMP(l, 8);
         dc_layernorm(xs, hs, vec + 3 * DC_D, vec + 4 * DC_D, red, eps);
         mbar_wait(smem_u32(bars + 2), l & 1);
-        DC_STAMP(l, 9);
         {
             const float s = dc_rows_d<DC_FR / DC_WARPS>(w_s + dc_w_off(2) + 4 * warp * DC_D, hs, lane);
             if (f_lane) dc_broadcast(f_s + fj, gelu_tanh(s + b_f));
         }
         dc_cluster_sync();
-        DC_STAMP(l, 10);
-        if (tid == 0 && DC_FETCH_FC == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 2, bars);
 
         // E: part2[c][96 r + i] = f . W_proj^T slice
         mbar_wait(smem_u32(bars + 3), l & 1);
-        DC_STAMP(l, 11);
         dc_rows_proj<4>(w_s + dc_w_off(3) + 12 * warp * DC_FH, f_s, part2 + c * DC_D + r * DC_OR + 12 * warp,
                         lane);
-        DC_STAMP(l, 12);
         dc_grid_arrive(sync);  // (a block barrier: every warp is done with the slot)
-        DC_STAMP(l, 13);
         if (tid == 0 && l + 1 < n_layer) dc_fetch_matrix(w_s, w_blk + (l + 1) * w_layer, 3, bars);
     }
 
@@ -533,11 +489,9 @@ decode_cluster_bf16(const unsigned short* __restrict__ wpk, const float* __restr
     dc_grid_wait(sync, target += gridDim.x);
     dc_gather(xs, part2, vec_s + ((n_layer - 1) & 1) * DC_V + 5 * DC_D);
     __syncthreads();  // xs[k] was summed by thread k % DC_THREADS
-    DC_PAIR(1);
     if (c == 0) {
         for (int k = tid; k < DC_OR; k += DC_THREADS) x[r * DC_OR + k] = xs[r * DC_OR + k];
     }
-    if (DC_EXIT_SYNC) dc_cluster_sync();
     if (tid == 0) {  // the last block out leaves the grid counter at zero for the next launch
         if (atomicAdd(sync + 1, 1u) == gridDim.x - 1) {
             sync[0] = 0u;

@@ -36,20 +36,26 @@
 #include "mma.cuh"
 #include "gemm_epilogue.cuh"
 
+// Build parameters (build.py; the host sizes grids and shared memory by them): the tile GEMM_BM x GEMM_BN
+// of GEMM_WARPS_M x GEMM_WARPS_N warps, GEMM_BK k per shared-memory stage, GEMM_STAGES cp.async stages.
 #ifndef GEMM_BM
-#define GEMM_BM 128
+#error "GEMM_BM is set by gpt2block/backends/cuda/build.py"
 #endif
 #ifndef GEMM_BN
-#define GEMM_BN 128
+#error "GEMM_BN is set by gpt2block/backends/cuda/build.py"
 #endif
 #ifndef GEMM_WARPS_M
-#define GEMM_WARPS_M 2
+#error "GEMM_WARPS_M is set by gpt2block/backends/cuda/build.py"
 #endif
 #ifndef GEMM_WARPS_N
-#define GEMM_WARPS_N 4
+#error "GEMM_WARPS_N is set by gpt2block/backends/cuda/build.py"
 #endif
-#define GEMM_BK 32                      // k per shared-memory stage
-#define GEMM_STAGES 3                   // cp.async pipeline depth
+#ifndef GEMM_BK
+#error "GEMM_BK is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef GEMM_STAGES
+#error "GEMM_STAGES is set by gpt2block/backends/cuda/build.py"
+#endif
 #define GEMM_THREADS (GEMM_WARPS_M * GEMM_WARPS_N * 32)
 #define GEMM_LDK (GEMM_BK + 4)          // k-contiguous tile row stride: conflict-free fragment reads
 #define GEMM_LDN (GEMM_BN + 8)          // n-contiguous B tile row stride: conflict-free fragment reads

@@ -4,13 +4,13 @@
 // Device code only; needs common.cuh (gelu_tanh).
 #pragma once
 
-// Which arithmetic variants this compilation holds (all by default; gpt2block's loader builds one
-// module per variant and tile, so a process compiles only what it runs).
+// Which arithmetic variants this compilation holds (build.py: one module per variant and tile, so a
+// process compiles only what it runs; the export holds both).
 #ifndef GEMM_WITH_TF32
-#define GEMM_WITH_TF32 1
+#error "GEMM_WITH_TF32 is set by gpt2block/backends/cuda/build.py"
 #endif
 #ifndef GEMM_WITH_TF32X3
-#define GEMM_WITH_TF32X3 1
+#error "GEMM_WITH_TF32X3 is set by gpt2block/backends/cuda/build.py"
 #endif
 
 // Every GEMM kernel's parameters (see gemm.cu's header).

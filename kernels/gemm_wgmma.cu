@@ -45,19 +45,24 @@
 #include "gemm_epilogue.cuh"
 #include "wgmma.cuh"
 
+// Build parameters (build.py): GW_WG consumer warpgroups (block rows = 64 * GW_WG); GW_BN block columns:
+// 48, 64, 128 or 192 (the wgmma's N; 192 for tf32 only: with tf32x3's part registers two consumers spill
+// at ptxas' 168-register cap of a 384-thread block); GW_STAGES ring slots; GW_SPLITK blocks sharing one
+// output tile, each a 1/GW_SPLITK share of K (a cluster); GW_PLANES_N (below).
 #ifndef GW_WG
-#define GW_WG 2  // consumer warpgroups: block rows = 64 * GW_WG
+#error "GW_WG is set by gpt2block/backends/cuda/build.py"
 #endif
 #ifndef GW_BN
-#define GW_BN 128  // block columns: 48, 64, 128 or 192 (the wgmma's N; 192 for tf32 only: with
-                   // tf32x3's part registers two consumers spill at ptxas' 168-register cap of a
-                   // 384-thread block)
+#error "GW_BN is set by gpt2block/backends/cuda/build.py"
 #endif
 #ifndef GW_STAGES
-#define GW_STAGES 4  // ring slots
+#error "GW_STAGES is set by gpt2block/backends/cuda/build.py"
 #endif
 #ifndef GW_SPLITK
-#define GW_SPLITK 1  // blocks sharing one output tile, each a 1/GW_SPLITK share of K (a cluster)
+#error "GW_SPLITK is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef GW_PLANES_N
+#error "GW_PLANES_N is set by gpt2block/backends/cuda/build.py"
 #endif
 #define GW_BM (64 * GW_WG)
 #define GW_BK 32                          // k tile: one 128-byte row of floats
@@ -367,9 +372,7 @@ GW_KERNEL(gemm_wg_tf32_nt, 1, GEMM_EPI_NONE)
 // 32 x GW_PLANES_N tile of W), (ceil(N / 32), ceil(K / 32)) for _nk; any N, K (the GEMM needs
 // K % 4 == 0).
 
-#ifndef GW_PLANES_N
-#define GW_PLANES_N 64  // W's columns per block of _kn: 8 loads in flight per thread (32: 4, version 17)
-#endif
+// GW_PLANES_N: W's columns per block of _kn (64: 8 loads in flight per thread; 32: 4, slower, version 17).
 static_assert(GW_PLANES_N % 32 == 0 && GW_PLANES_N >= 32 && GW_PLANES_N <= 128,
               "GW_PLANES_N must be 32, 64, 96 or 128 (a warp's 32 columns per load)");
 

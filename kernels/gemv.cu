@@ -61,11 +61,22 @@
 #include "mma.cuh"  // cp.async
 #include "argmax.cuh"  // the LM head's argmax (gemv_*_nt_ln_m1)
 
-#define GEMV_MAX_M 8
-#define GEMV_THREADS 256
-#define GEMV_TPR 8                            // threads across one weight row's strip
-#define GEMV_RPP (GEMV_THREADS / GEMV_TPR)    // weight rows per pass: 32
-#define GEMV_UNROLL 4                         // 16-byte weight loads in flight per thread
+// Build parameters (gpt2block/backends/cuda/build.py passes every one; the host plans its launches with
+// the same values): GEMV_MAX_M tokens at most; the k-major kernels' GEMV_THREADS, GEMV_TPR threads across
+// one weight row's strip and GEMV_UNROLL 16-byte weight loads in flight per thread.
+#ifndef GEMV_MAX_M
+#error "GEMV_MAX_M is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef GEMV_THREADS
+#error "GEMV_THREADS is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef GEMV_TPR
+#error "GEMV_TPR is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef GEMV_UNROLL
+#error "GEMV_UNROLL is set by gpt2block/backends/cuda/build.py"
+#endif
+#define GEMV_RPP (GEMV_THREADS / GEMV_TPR)    // weight rows per pass
 
 #define GEMV_EPI_BIAS 0
 #define GEMV_EPI_GELU 1
@@ -232,42 +243,41 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 // Programmatic dependent launch (common.cuh): the first batch of weights, the epilogue's bias and
 // LayerNorm's g and b are loaded before pdl_wait(); x, R, the KV slots and y are touched after it.
 
-#define GEMV_NT_THREADS 256
-#define GEMV_NT_WARPS (GEMV_NT_THREADS / 32)
+// Build parameters (build.py): GEMV_NT_THREADS; weight rows per warp at a time (each x load serves
+// them all): GEMV_NT_ROWS, at 8 tokens GEMV_NT_ROWS_M8_F32 / _M8_LM (the float32 LM head, gemv_f32_nt_ln) /
+// _M8_BF16, at one bf16 token GEMV_NT_ROWS_M1_BF16 (by width); resident blocks per SM the registers must
+// allow: GEMV_NT_MIN_BLOCKS, at one token GEMV_NT_MIN_BLOCKS_M1_BF16 / _M1_F32 (by width).
+#ifndef GEMV_NT_THREADS
+#error "GEMV_NT_THREADS is set by gpt2block/backends/cuda/build.py"
+#endif
 #ifndef GEMV_NT_ROWS
-#define GEMV_NT_ROWS 2    // weight rows per warp at a time: each x load serves both
+#error "GEMV_NT_ROWS is set by gpt2block/backends/cuda/build.py"
 #endif
 #ifndef GEMV_NT_ROWS_M8_F32
-#define GEMV_NT_ROWS_M8_F32 2  // the same at 8 tokens, float32 weights
+#error "GEMV_NT_ROWS_M8_F32 is set by gpt2block/backends/cuda/build.py"
 #endif
 #ifndef GEMV_NT_ROWS_M8_LM
-#define GEMV_NT_ROWS_M8_LM 4  // the same for the float32 LM head (gemv_f32_nt_ln)
+#error "GEMV_NT_ROWS_M8_LM is set by gpt2block/backends/cuda/build.py"
 #endif
 #ifndef GEMV_NT_ROWS_M8_BF16
-#define GEMV_NT_ROWS_M8_BF16 4  // the same for bf16 weights
-#endif
-#ifndef GEMV_NT_UNROLL
-#define GEMV_NT_UNROLL 3  // 16-byte chunks per row per lane in flight (float32 weights; 4 measured 2-5% slower, version 15)
-#endif
-#ifndef GEMV_NT_UNROLL_M4
-#define GEMV_NT_UNROLL_M4 2  // float32 from 3 tokens on (3 and 4 measured slower at 8 tokens, version 14)
-#endif
-#ifndef GEMV_NT_UNROLL_BF16
-#define GEMV_NT_UNROLL_BF16 2  // bf16: 8 weights per chunk to unpack, so fewer chunks fit the registers
+#error "GEMV_NT_ROWS_M8_BF16 is set by gpt2block/backends/cuda/build.py"
 #endif
 #ifndef GEMV_NT_MIN_BLOCKS
-#define GEMV_NT_MIN_BLOCKS 3  // resident blocks per SM the registers must allow (24 warps)
+#error "GEMV_NT_MIN_BLOCKS is set by gpt2block/backends/cuda/build.py"
 #endif
 #ifndef GEMV_NT_ROWS_M1_BF16
-#define GEMV_NT_ROWS_M1_BF16 GEMV_NT_ROWS  // one token of bf16 weights (cuda_linear sets it by width)
+#error "GEMV_NT_ROWS_M1_BF16 is set by gpt2block/backends/cuda/build.py"
 #endif
 #ifndef GEMV_NT_MIN_BLOCKS_M1_BF16
-#define GEMV_NT_MIN_BLOCKS_M1_BF16 GEMV_NT_MIN_BLOCKS  // the same (cuda_linear sets it by width)
+#error "GEMV_NT_MIN_BLOCKS_M1_BF16 is set by gpt2block/backends/cuda/build.py"
 #endif
 #ifndef GEMV_NT_MIN_BLOCKS_M1_F32
-#define GEMV_NT_MIN_BLOCKS_M1_F32 3  // the same for one token of float32 weights (cuda_linear sets 4 at
-                                     // some widths: GEMV_NT_M1_F32_BLOCKS_BY_WIDTH)
+#error "GEMV_NT_MIN_BLOCKS_M1_F32 is set by gpt2block/backends/cuda/build.py"
 #endif
+#define GEMV_NT_WARPS (GEMV_NT_THREADS / 32)
+#define GEMV_NT_UNROLL 3  // 16-byte chunks per row per lane in flight (float32 weights; 4 measured 2-5% slower, version 15)
+#define GEMV_NT_UNROLL_M4 2  // float32 from 3 tokens on (3 and 4 measured slower at 8 tokens, version 14)
+#define GEMV_NT_UNROLL_BF16 2  // bf16: 8 weights per chunk to unpack, so fewer chunks fit the registers
 
 // Per build (MP tokens; bf16 weights or not; LM: the LM head, gemv_*_nt_ln): weight rows per warp
 // at a time, 16-byte chunks per row per lane in flight, and the resident blocks per SM its registers
@@ -292,31 +302,18 @@ struct GemvNt {
     static_assert(ROWS >= 1 && ROWS <= 32 / MP, "GemvNt: more rows per warp than lanes per token sum");
 };
 
-// The weights' L2 eviction priority in the one-token builds (_m1; GEMV_W_POLICY 1, else none given):
-// evict-first for every weight load, except GEMV_LM_PIN_BYTES_{BF16,F32} bytes of the LM head's rows
-// (gemv_*_nt_ln_m1; which rows: GEMV_LM_PIN_SPREAD), loaded evict-last, so that they stay in the L2
-// (60 MB on the H200) from one decode step to the next while the layers' weights stream past. gpt2 on
-// the H200, tok/s (docs/PERFORMANCE.md, version 23): bf16 b1 +1.3% with 24 MB kept, fp32 b1 +2.2% with
-// none kept.
-// The 8-token builds lost 1.4% with it, so they keep the plain loads.
-#ifndef GEMV_W_POLICY
-#define GEMV_W_POLICY 1
-#endif
-#ifndef GEMV_LM_PIN_BYTES_BF16
+// The weights' L2 eviction priority in the one-token builds (_m1): evict-first for every weight load,
+// except GEMV_LM_PIN_BYTES_{BF16,F32} bytes of the LM head's rows (gemv_*_nt_ln_m1), loaded evict-last, so
+// that they stay in the L2 (60 MB on the H200) from one decode step to the next while the layers' weights
+// stream past. gpt2 on the H200, tok/s (docs/PERFORMANCE.md, version 23): bf16 b1 +1.3% with 24 MB kept,
+// fp32 b1 +2.2% with none kept. The 8-token builds lost 1.4% with it, so they keep the plain loads.
 #define GEMV_LM_PIN_BYTES_BF16 (24ll << 20)
-#endif
-#ifndef GEMV_LM_PIN_BYTES_F32
 #define GEMV_LM_PIN_BYTES_F32 0ll
-#endif
-// Which of the LM head's rows are kept: 0 the first PIN bytes of rows (version 23); 1 as many row groups
-// (ROWS rows), spread evenly over all of them (group g kept where floor((g + 1) P / G) > floor(g P / G),
-// P of G kept), so that every pass of the grid over the rows reads part from the L2 and part from HBM,
-// instead of the first passes from the L2 alone while HBM waits. gpt2 bf16 b1 +0.3% (version 26).
-#ifndef GEMV_LM_PIN_SPREAD
-#define GEMV_LM_PIN_SPREAD 1
-#endif
+// Which of the LM head's rows are kept: as many row groups (ROWS rows) as the bytes allow, spread evenly
+// over all of them (group g kept where floor((g + 1) P / G) > floor(g P / G), P of G kept), so that every
+// pass of the grid over the rows reads part from the L2 and part from HBM, instead of the first passes
+// from the L2 alone while HBM waits (the first P rows kept: gpt2 bf16 b1 0.3% slower, version 26).
 __device__ __forceinline__ bool gemv_lm_keep(long long pin_bytes, int n0, int rows, int N, int K, int wbytes) {
-    if (!GEMV_LM_PIN_SPREAD) return pin_bytes > (long long)n0 * K * wbytes;
     const long long groups = (N + rows - 1) / rows, g = n0 / rows;
     const long long kept = min(groups, pin_bytes / ((long long)rows * K * wbytes));
     return (g + 1) * kept / groups > g * kept / groups;
@@ -409,16 +406,13 @@ __device__ __forceinline__ void gemv_ln_rows(const float* __restrict__ x, const 
 // dependent chain while the other warps wait: at D = 768 in the bf16 decode step its statistics took
 // 0.64 us and the normalization 0.36 us after x had landed (docs/PERFORMANCE.md, version 24).
 // Two block barriers, as there: the warps' sums with g and b landed, and the row done.
-#ifndef GEMV_LN_BLOCK_M1
-#define GEMV_LN_BLOCK_M1 1  // 0: one warp per row at one token as well (for measuring)
-#endif
 // The width the one-token build's LayerNorm is built for (GEMV_LN_K > 0; gpt2block: every LayerNorm launch's K,
 // the model's n_embd): its loops over the row's pieces then have a known trip count (at most one piece a
 // thread up to K = 1024), so no loop is left on the path from x's arrival to the products. A build with
 // GEMV_LN_K > 0 takes only LayerNorm launches of K == GEMV_LN_K (the host's contract); 0 takes any K. The
 // same pieces, sums and order either way, so the same bits.
 #ifndef GEMV_LN_K
-#define GEMV_LN_K 0
+#error "GEMV_LN_K is set by gpt2block/backends/cuda/build.py"
 #endif
 template <int KC>  // KC > 0: K == KC
 __device__ __forceinline__ void gemv_ln_row_block_k(const float* __restrict__ x, const float* gbs, float* xs, int K_,
@@ -530,9 +524,6 @@ __device__ __forceinline__ void gemv_argmax_finish(const GemvArgmax am, float be
 // One token's row sums (HALVE in gemv_nt_body): a lane's ROWS partial sums fold together by halving
 // shuffles, warp_sums<ROWS> (ROWS - 1 + 5 - log2 ROWS shuffles: 6 at 4 rows, 5 at 2), instead of one
 // warp_sum of 5 shuffles per row; gpt2 bf16 b1 +2.2% (docs/PERFORMANCE.md, version 25).
-#ifndef GEMV_M1_HALVE
-#define GEMV_M1_HALVE 1  // 0: one warp_sum per row (for measuring)
-#endif
 template <bool BF16, int EPI, bool LN, bool KV, int MP, bool ARGMAX = false>
 __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const typename GemvW<BF16>::T* __restrict__ w,
                                              const float* __restrict__ bias, const float* R, float* y,
@@ -563,7 +554,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     const int k_lo = slice * k_span, k_hi = min(K, k_lo + k_span);
     typename Raw::T wv[UNROLL][ROWS];
     const typename GemvW<BF16>::T* wrow[ROWS];
-    constexpr bool POLICY = GEMV_W_POLICY && MP == 1;
+    constexpr bool POLICY = MP == 1;
     unsigned long long wpol = 0;  // POLICY: this row group's L2 eviction policy (l2_policy)
     auto load_batch = [&](int k0) {
 #pragma unroll
@@ -589,7 +580,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     // slot after it (written by the kernels before).
     // One token (HALVE, above): row r's sum lands on lanes r * LPR .. + LPR - 1, and the first of them
     // stores it.
-    constexpr bool HALVE = MP == 1 && GEMV_M1_HALVE && ROWS > 1;
+    constexpr bool HALVE = MP == 1 && ROWS > 1;
     constexpr int LPR = HALVE ? 32 / ROWS : 1;  // HALVE: lanes per row sum
     constexpr int LPS = 32 / MP;  // lanes per sum
     const int e_r = HALVE ? lane / LPR : lane % LPS, e_m = lane / LPS;
@@ -614,7 +605,7 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
     long long e_kv = 0;  // KV: token e_m's cache row and position, as an offset
     if (KV && e_m < M) e_kv = kv.seq[e_m] * kv.batch_stride + (long long)kv.pos[e_m] * kv.D;
     if (LN) {  // the whole block
-        if (MP == 1 && GEMV_LN_BLOCK_M1)
+        if (MP == 1)
             gemv_ln_row_block(x, xs + K, xs, K, eps);
         else
             gemv_ln_rows(x, xs + M * K, xs, M, K, eps);
@@ -719,30 +710,33 @@ __device__ __forceinline__ void gemv_nt_body(const float* __restrict__ x, const 
 #ifndef GEMV_DEVICE_ONLY
 
 // One build, one kind: GEMV_BUILD_MP = 1, 2, 4 or 8 emits only the nt kernels of that token count (_m1 ..
-// _m8), 0 only the k-major gemv_{f32,bf16}_* kernels; undefined, all of them. gpt2block builds each kind
-// it uses on its own (cuda_linear): NVRTC compiles a module whole, and a run needs one or two of the
-// five, so its first run compiles a fraction of the 70 kernels.
-#if !defined(GEMV_BUILD_MP) || GEMV_BUILD_MP == 0
+// _m8), 0 only the k-major gemv_{f32,bf16}_* kernels. gpt2block builds each kind it uses on its own
+// (cuda/build.py): NVRTC compiles a module whole, and a run needs one or two of the five, so its first run
+// compiles a fraction of the 70 kernels.
+#ifndef GEMV_BUILD_MP
+#error "GEMV_BUILD_MP is set by gpt2block/backends/cuda/build.py"
+#endif
+#if GEMV_BUILD_MP == 0
 #define GEMV_IF_KMAJOR(k) k
 #else
 #define GEMV_IF_KMAJOR(k)
 #endif
-#if !defined(GEMV_BUILD_MP) || GEMV_BUILD_MP == 1
+#if GEMV_BUILD_MP == 1
 #define GEMV_IF_MP1(k) k
 #else
 #define GEMV_IF_MP1(k)
 #endif
-#if !defined(GEMV_BUILD_MP) || GEMV_BUILD_MP == 2
+#if GEMV_BUILD_MP == 2
 #define GEMV_IF_MP2(k) k
 #else
 #define GEMV_IF_MP2(k)
 #endif
-#if !defined(GEMV_BUILD_MP) || GEMV_BUILD_MP == 4
+#if GEMV_BUILD_MP == 4
 #define GEMV_IF_MP4(k) k
 #else
 #define GEMV_IF_MP4(k)
 #endif
-#if !defined(GEMV_BUILD_MP) || GEMV_BUILD_MP == 8
+#if GEMV_BUILD_MP == 8
 #define GEMV_IF_MP8(k) k
 #else
 #define GEMV_IF_MP8(k)

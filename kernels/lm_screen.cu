@@ -55,32 +55,32 @@
 #include "gemv.cu"
 
 // The build's width: the screen holds a lane's share of a table row, 8 bytes of each 256 columns, in
-// registers, so it is built for J = ceil(K / 256) (gpt2block passes it: one J a model, one build). Any
-// K <= 256 J is correct; the default takes every K the screen takes (up to 2048), more slowly.
+// registers, so it is built for J = ceil(K / 256) (build.py passes it: one J a model, one build). Any
+// K <= 256 J is correct; J = 8 takes every K the screen takes (up to 2048), more slowly.
 #ifndef LM_SCREEN_J
-#define LM_SCREEN_J 8
+#error "LM_SCREEN_J is set by gpt2block/backends/cuda/build.py"
 #endif
 
 // Table rows a warp loads at once (their int32 sums meet by warp_sums): the bytes in flight are what
 // the screen waits on. gpt2 (J = 3) b1 tok/s, one process (docs/PERFORMANCE.md, version 28): 4 rows,
 // bf16 6,204-6,213 and fp32 5,216-5,221; 8 rows 6,415-6,421 and 5,320-5,338. From J = 5 on, 8 rows'
 // loads spill (ptxas), so wider heads keep 4.
+// Build parameters (build.py): LM_SCREEN_ROWS for J <= 4 (K <= 1024), LM_SCREEN_ROWS_WIDE for J > 4.
 #ifndef LM_SCREEN_ROWS
-#define LM_SCREEN_ROWS 8  // J <= 4 (K <= 1024)
+#error "LM_SCREEN_ROWS is set by gpt2block/backends/cuda/build.py"
 #endif
 #ifndef LM_SCREEN_ROWS_WIDE
-#define LM_SCREEN_ROWS_WIDE 4  // J > 4
+#error "LM_SCREEN_ROWS_WIDE is set by gpt2block/backends/cuda/build.py"
 #endif
 #define LM_SCREEN_ROWS_J(J) ((J) <= 4 ? LM_SCREEN_ROWS : LM_SCREEN_ROWS_WIDE)
 // Bytes of the int8 table kept in the L2 from step to step (evict-last), spread over its rows as
 // gemv_lm_keep spreads the full head's. gpt2 b1 at 8 rows a warp, tok/s (version 28): 0 MB bf16
 // 6,366-6,379 / fp32 5,411-5,426; 16 MB 6,438-6,461 / 5,408-5,436; 24 MB 6,416-6,432 / 5,327-5,340;
 // at 4 rows, 40 MB lost 0.6-1% against 24.
-#ifndef LM_SCREEN_PIN_BYTES
 #define LM_SCREEN_PIN_BYTES (16ll << 20)
-#endif
+// Resident blocks per SM the screen's registers must allow (build.py: the host sizes the grid by it).
 #ifndef LM_SCREEN_MIN_BLOCKS
-#define LM_SCREEN_MIN_BLOCKS 2
+#error "LM_SCREEN_MIN_BLOCKS is set by gpt2block/backends/cuda/build.py"
 #endif
 
 // Flushed subnormals: CuPy builds every module with -ftz, so each of the full head's FMAs and adds may lose
@@ -92,7 +92,7 @@
 // 8 bytes (8 int8 of a table row) before pdl_wait, with an L2 eviction policy (as ld_pre_wait4u).
 __device__ __forceinline__ uint2 lm_ld8(const void* p, unsigned long long policy) {
     uint2 v;
-    asm volatile(PRE_WAIT_LD ".L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;\n" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(policy));
+    asm volatile("ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;\n" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(policy));
     return v;
 }
 
@@ -297,9 +297,7 @@ __device__ __forceinline__ float lm_exact_row(const typename GemvW<BF16>::T* __r
     return total;
 }
 
-#ifndef LM_RESCORE_TILES
 #define LM_RESCORE_TILES 2  // 32-row tiles of ub a warp loads at once
-#endif
 template <bool BF16>
 __device__ __forceinline__ void lm_rescore_body(const typename GemvW<BF16>::T* __restrict__ w, const float* h,
                                                 const float* ub, const float* lb_part, int G1, int N, int K, int wpr,

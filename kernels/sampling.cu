@@ -27,10 +27,14 @@
 #include "common.cuh"
 #include "argmax.cuh"  // argmax_better, argmax_block, argmax_write; NEG_INF_F32, ARGMAX_NONE
 
+// Build parameters (build.py; the host sizes the grid by them): ARGMAX_THREADS a block, ARGMAX_UNROLL
+// loads in flight per thread.
 #ifndef ARGMAX_THREADS
-#define ARGMAX_THREADS 256
+#error "ARGMAX_THREADS is set by gpt2block/backends/cuda/build.py"
 #endif
-#define ARGMAX_UNROLL 8  // loads in flight per thread
+#ifndef ARGMAX_UNROLL
+#error "ARGMAX_UNROLL is set by gpt2block/backends/cuda/build.py"
+#endif
 
 extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_rows_f32(
     const float* __restrict__ logits,  // [rows, V], row stride ld

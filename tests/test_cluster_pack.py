@@ -100,9 +100,12 @@ def test_a_step_split_as_the_kernel_splits_it_matches_the_reference(length):
 
 
 def _kernel_defines() -> dict:
-    """decode_cluster.cu's object-like #defines, evaluated (integers; HEAD_DIM from common.cuh)."""
+    """decode_cluster.cu's object-like #defines, evaluated (integers; HEAD_DIM from common.cuh, the build
+    parameters from cuda_build), so that the host's sizes are checked against the kernel's own arithmetic."""
+    from gpt2block.backends import cuda_build
+
     text = (kernels_dir() / "decode_cluster.cu").read_text()
-    env = {"HEAD_DIM": HEAD_DIM}
+    env = {"HEAD_DIM": HEAD_DIM, **dict(cuda_build.decode_cluster())}
     for name, expr in re.findall(r"^#define (DC_[A-Z0-9_]+)[ \t]+(.+)$", text, re.M):
         expr = expr.split("//")[0].strip()
         if not re.fullmatch(r"[\w\s()+\-*/]+", expr):

@@ -25,11 +25,12 @@ import cupy as cp
 import numpy as np
 
 from ..config import HEAD_DIM
+from . import cuda_build as build
 from .cuda_linear import wgmma_available
 from .cuda_modules import kernel, launch, sm_count
 
 TILE = 64  # query and key tile of the prefill kernels
-LDS = 68  # shared row stride (floats) of a tile, as ATTN_LDS in attention.cu
+LDS = build.ATTN_LDS  # shared row stride (floats) of a tile
 # variant -> (kernel name, threads per block, dynamic shared memory in bytes)
 PREFILL_VARIANTS = {
     "f32": ("attention_prefill_f32", 256, 3 * TILE * LDS * 4),
@@ -38,8 +39,8 @@ PREFILL_VARIANTS = {
 }
 # split-key prefill (attention_prefill_split_*), the kernel of each variant
 SPLIT_KERNELS = {"tf32x3f": "attention_prefill_split_tf32x3f", "tf32": "attention_prefill_split_tf32"}
-DECODE_THREADS = 128
-DECODE_MAX_CLUSTER = 8  # blocks (one cluster, ATTN_DEC_CLUSTER in attention.cu) per (row, head) on sm_90, at most
+DECODE_THREADS = build.ATTN_DEC_THREADS
+DECODE_MAX_CLUSTER = build.ATTN_DEC_MAX_CLUSTER  # blocks (one cluster) per (row, head) on sm_90, at most
 DECODE_BLOCKS_PER_SM = 3  # fewer blocks per (row, head) where B * H * 8 would exceed this many per multiprocessor
 INT32_MAX = 2**31 - 1
 
@@ -169,7 +170,7 @@ def attention_prefill(q, k, v, out, *, n_head: int, s_q: int, s_kv: int, causal:
         scratch = _split_scratch(grid[0] * n_head * splits, grid[0] * n_head, stream)
         args += (np.int32(chunk), scratch.part_o, scratch.part_ml, scratch.counters)
         grid = (grid[0], n_head, splits)
-    launch(kernel("attention", name), grid, (threads,), args, shared_mem=smem, stream=stream)
+    launch(kernel("attention", name, build.attention()), grid, (threads,), args, shared_mem=smem, stream=stream)
 
 
 def _tiles_needed(s_q: int, s_kv: int, q_start: int, causal: bool, rows: int = TILE) -> list[int]:
@@ -205,9 +206,9 @@ def prefill_split_plan(s_q: int, s_kv: int, q_start: int, causal: bool, variant:
 # -- prefill on wgmma (kernels/attention_wgmma.cu, sm_90a) -----------------------------------------
 
 WG_KERNELS = {"tf32x3f": ("attention_wg_tf32x3", 3), "tf32": ("attention_wg_tf32", 1)}
-WG_THREADS = 288  # ATTN_WG_THREADS: two consumer warpgroups and the producer warp
+WG_THREADS = build.ATTN_WG_THREADS  # two consumer warpgroups and the producer warp
 WG_ROWS = 128  # queries per block
-WG_TILE_FLOATS = 16384  # ATTN_WG_TILE_FLOATS: one key tile's K / V^T planes
+WG_TILE_FLOATS = build.ATTN_WG_TILE_FLOATS  # one key tile's K / V^T planes
 
 
 def wg_smem_bytes(passes: int) -> int:
@@ -273,7 +274,7 @@ def _prefill_wgmma(q, k, v, out, n_head, d, s_q, s_kv, causal, q_start, q_stride
     name, passes = WG_KERNELS[variant]
     kt = -(-s_kv // TILE)
     planes = _planes_scratch(n_head * kt * WG_TILE_FLOATS, stream)
-    launch(kernel("attention_wgmma", "attention_wg_kv_planes"), (kt, n_head), (256,),
+    launch(kernel("attention_wgmma", "attention_wg_kv_planes", build.attention_wgmma()), (kt, n_head), (256,),
            (k, v, np.int32(kv_stride), planes, np.int32(s_kv), np.int32(passes)), stream=stream)
     blocks_x = -(-s_q // WG_ROWS)
     if chunk is None:
@@ -287,7 +288,7 @@ def _prefill_wgmma(q, k, v, out, n_head, d, s_q, s_kv, causal, q_start, q_stride
     args = (q, np.int32(q_stride), planes, out, np.int32(d), np.int32(s_q), np.int32(s_kv), np.int32(q_start),
             np.int32(bool(causal)), np.int32(chunk),
             *((scratch.part_o, scratch.part_ml, scratch.counters) if scratch else (planes, planes, planes)))
-    launch(kernel("attention_wgmma", name), (blocks_x, n_head, splits), (WG_THREADS,), args,
+    launch(kernel("attention_wgmma", name, build.attention_wgmma()), (blocks_x, n_head, splits), (WG_THREADS,), args,
            shared_mem=wg_smem_bytes(passes), stream=stream)
 
 
@@ -375,6 +376,6 @@ def attention_decode(q, k_cache, v_cache, lengths, out, *, n_head: int, q_stride
         raise ValueError(f"attention_decode takes at most 65535 rows; got {b}")
     args = (q, np.int32(q_stride), k_cache, v_cache, np.int64(cbs), lengths, out, np.int32(d), np.int32(max_len))
     ranks = decode_ranks(b, n_head)
-    launch(kernel("attention", "attention_decode_f32", (("ATTN_DEC_CLUSTER", ranks),)), (ranks, n_head, b),
+    launch(kernel("attention", "attention_decode_f32", build.attention(ranks)), (ranks, n_head, b),
            (DECODE_THREADS,), args,
            stream=stream, programmatic=True)

@@ -17,15 +17,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import HEAD_DIM, GPT2Config
+from . import cuda_build as build
 from . import cuda_launch
 
-CLUSTER = 8  # DC_C: blocks per cluster (one cluster per head)
-WIDTH = 768  # DC_D: the width the kernel is built for (gpt2)
-THREADS = 256  # DC_THREADS
-PART = 68  # DC_PART
-GROUPS = THREADS // 16  # DC_GROUPS
-DEFINES: tuple = ()  # extra #defines of decode_cluster.cu (switches and tracing: DC_TRIGGER, DC_W_EVICT_FIRST,
-# DC_FETCH_FC, DC_EXIT_SYNC, DC_TRACE)
+CLUSTER = build.DC_C  # blocks per cluster (one cluster per head)
+WIDTH = build.DC_D  # the width the kernel is built for (gpt2)
+THREADS = build.DC_THREADS
+PART = build.DC_PART  # floats of an attention partial
+GROUPS = THREADS // 16  # DC_GROUPS: 16-lane attention groups of a block
 VECTORS = ("ln1_g", "ln1_b", "b_attn", "ln2_g", "ln2_b", "b_proj")  # a layer's vector slot, in order
 
 
@@ -105,7 +104,7 @@ class DecodeClusters:
             return False
         from .cuda_modules import kernel  # (CuPy: imported where the GPU is used, so the packing runs without it)
 
-        self.kernel = kernel("decode_cluster", "decode_cluster_bf16", DEFINES)
+        self.kernel = kernel("decode_cluster", "decode_cluster_bf16", build.decode_cluster())
         self.kernel.max_dynamic_shared_size_bytes = self.smem
         n = cuda_launch.max_active_clusters(self.kernel.kernel.ptr, (self.grid, 1, 1), (THREADS, 1, 1), self.smem)
         return n >= self.grid // CLUSTER

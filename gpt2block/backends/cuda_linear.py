@@ -33,16 +33,15 @@ from dataclasses import dataclass
 import cupy as cp
 import numpy as np
 
+from . import cuda_build as build
 from .cuda_modules import kernel, launch, module, sm_count
 
 VARIANTS = ("tf32x3", "tf32")
 EPILOGUES = ("bias", "bias_gelu", "bias_residual")
-GEMV_MAX_M = 8  # = GEMV_MAX_M in kernels/gemv.cu
+GEMV_MAX_M = build.GEMV_MAX_M
 
 # ---------------------------------------------------------------------------------------------
-# GEMM tiles. The .cu reads these through its GEMM_* defines; smem_bytes mirrors GEMM_SMEM_BYTES.
-
-_GEMM_BK, _GEMM_STAGES = 32, 3  # GEMM_BK, GEMM_STAGES in kernels/gemm.cu
+# GEMM tiles. The .cu reads these through its GEMM_* defines (cuda_build.gemm); smem_bytes is GEMM_SMEM_BYTES.
 
 
 @dataclass(frozen=True)
@@ -62,14 +61,9 @@ class Tile:
 
     @property
     def smem_bytes(self) -> int:
-        ldk, ldn = _GEMM_BK + 4, self.bn + 8
-        b = max(_GEMM_BK * ldn, self.bn * ldk)
-        return _GEMM_STAGES * (self.bm * ldk + b) * 4
-
-    @property
-    def defines(self) -> tuple:
-        return (("GEMM_BM", self.bm), ("GEMM_BN", self.bn),
-                ("GEMM_WARPS_M", self.warps_m), ("GEMM_WARPS_N", self.warps_n))
+        ldk, ldn = build.GEMM_BK + 4, self.bn + 8
+        b = max(build.GEMM_BK * ldn, self.bn * ldk)
+        return build.GEMM_STAGES * (self.bm * ldk + b) * 4
 
 
 TILES = (
@@ -78,10 +72,6 @@ TILES = (
     Tile(128, 64, 4, 2, per_sm=1, speed=0.9),  # warp tile 32 x 32
     Tile(64, 64, 2, 2, per_sm=3, speed=0.8),  # warp tile 32 x 32, 128 threads
 )
-_VARIANT_DEFINES = {
-    "tf32": (("GEMM_WITH_TF32", 1), ("GEMM_WITH_TF32X3", 0)),
-    "tf32x3": (("GEMM_WITH_TF32", 0), ("GEMM_WITH_TF32X3", 1)),
-}
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -173,8 +163,6 @@ def _i32(v: int, name: str) -> np.int32:
 # ---------------------------------------------------------------------------------------------
 # GEMM on prepared weight planes: kernels/gemm_wgmma.cu (wgmma, sm_90a; H100 / H200 only).
 
-_SMEM_PER_BLOCK = 232448  # the largest dynamic shared memory one block may opt into on sm_90
-
 
 @dataclass(frozen=True)
 class WgTile:
@@ -193,10 +181,6 @@ class WgTile:
     @property
     def threads(self) -> int:
         return 128 * (self.wg + 1)
-
-    @property
-    def defines(self) -> tuple:
-        return (("GW_WG", self.wg), ("GW_BN", self.bn)) + ((("GW_SPLITK", self.splitk),) if self.splitk > 1 else ())
 
     @property
     def label(self) -> str:
@@ -222,9 +206,6 @@ WG_TILES = {
 }
 
 
-PLANES_N = 64  # W's columns per block of gemm_wg_split_planes_kn (GW_PLANES_N: 32, 64, 96 or 128)
-
-
 def plane_row(k: int) -> int:
     """The planes' row length for K: K rounded up to whole 32-wide k tiles (kernels/gemm_wgmma.cu)."""
     return -(-k // 32) * 32
@@ -232,23 +213,17 @@ def plane_row(k: int) -> int:
 
 def planes_of(variant: str) -> int:
     """Weight planes a variant reads: tf32 hi and lo (tf32x3), or hi alone (tf32)."""
-    return 2 if variant == "tf32x3" else 1
-
-
-def wgmma_smem_bytes(variant: str, tile: WgTile, stages: int) -> int:
-    """GW_SMEM_BYTES of kernels/gemm_wgmma.cu: the ring's stages (A's rows, the planes' rows, 128
-    bytes each), the barriers and 1024 bytes of alignment."""
-    planes = planes_of(variant)
-    stage = (tile.bm + planes * tile.bn) * 128
-    return stages * stage + 16 * stages + 1024
+    return build.gw_planes(variant)
 
 
 def wgmma_stages(variant: str, tile: WgTile) -> int:
-    """The most ring stages (at most 8) that fit one block's shared memory."""
-    s = 8
-    while s > 2 and wgmma_smem_bytes(variant, tile, s) > _SMEM_PER_BLOCK:
-        s -= 1
-    return s
+    """The ring stages of the tile's build (cuda_build.gw_stages: the most that fit, at most 8)."""
+    return build.gw_stages(variant, tile.wg, tile.bn)
+
+
+def wgmma_smem_bytes(variant: str, tile: WgTile) -> int:
+    """The dynamic shared memory of the tile's build (GW_SMEM_BYTES of kernels/gemm_wgmma.cu)."""
+    return build.gw_smem_bytes(variant, tile.wg, tile.bn, wgmma_stages(variant, tile))
 
 
 _wgmma_devices: dict[int, bool] = {}
@@ -297,11 +272,8 @@ def prepare_planes(w, variant: str, *, transposed: bool = False, stream=None, ou
         out = Planes(cp.empty((planes, n, plane_row(k)), cp.float32), variant, k)
     elif not isinstance(out, Planes) or out.variant != variant or (out.n, out.k) != (n, k):
         raise ValueError(f"out must be Planes of variant {variant!r} for N = {n}, K = {k}")
-    if PLANES_N not in (32, 64, 96, 128):
-        raise ValueError(f"cuda_linear.PLANES_N must be 32, 64, 96 or 128; got {PLANES_N!r}")
-    fn = kernel("gemm_wgmma", f"gemm_wg_split_planes_{'nk' if transposed else 'kn'}",
-                _VARIANT_DEFINES[variant] + (("GW_PLANES_N", PLANES_N),))
-    launch(fn, (_cdiv(n, 32 if transposed else PLANES_N), _cdiv(k, 32), 1), (32, 8, 1),
+    fn = kernel("gemm_wgmma", f"gemm_wg_split_planes_{'nk' if transposed else 'kn'}", build.gemm_wgmma_planes(variant))
+    launch(fn, (_cdiv(n, 32 if transposed else build.GW_PLANES_N), _cdiv(k, 32), 1), (32, 8, 1),
            (w, out.data, _i32(k, "K"), _i32(n, "N"), np.int32(planes)), 0, stream)
     return out
 
@@ -355,15 +327,13 @@ def gemm_planes(a, p: Planes, bias, out, *, epilogue="bias", residual=None, stre
         tile = pick_wg_tile(p.variant, m, n, k=k)
     elif tile not in WG_TILES[p.variant]:
         raise ValueError(f"tile must be one of cuda_linear.WG_TILES[{p.variant!r}], got {tile!r}")
-    stages = wgmma_stages(p.variant, tile)
-    defines = tile.defines + (("GW_STAGES", stages),) + _VARIANT_DEFINES[p.variant]
-    fn = kernel("gemm_wgmma", f"gemm_wg_{p.variant}_{suffix}", defines)
+    fn = kernel("gemm_wgmma", f"gemm_wg_{p.variant}_{suffix}", build.gemm_wgmma(tile, p.variant))
     grid = (_cdiv(m, tile.bm), _cdiv(n, tile.bn), tile.splitk)
     if grid[1] > 65535:
         raise ValueError(f"N = {n} needs {grid[1]} column tiles, more than a grid's 65535")
     args = (a, p.data, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"))
-    launch(fn, grid, (tile.threads, 1, 1), args, wgmma_smem_bytes(p.variant, tile, stages), stream)
+    launch(fn, grid, (tile.threads, 1, 1), args, wgmma_smem_bytes(p.variant, tile), stream)
 
 
 def _launch_gemm(variant, suffix, a, b, bias, residual, out, m, n, k, stream, tile):
@@ -373,7 +343,7 @@ def _launch_gemm(variant, suffix, a, b, bias, residual, out, m, n, k, stream, ti
         tile = pick_tile(m, n)
     elif tile not in TILES:
         raise ValueError(f"tile must be one of cuda_linear.TILES, got {tile!r}")
-    fn = kernel("gemm", f"gemm_{variant}_{suffix}", tile.defines + _VARIANT_DEFINES[variant])
+    fn = kernel("gemm", f"gemm_{variant}_{suffix}", build.gemm(tile, variant))
     grid = (-(-m // tile.bm), -(-n // tile.bn), 1)
     if grid[1] > 65535:
         raise ValueError(f"N = {n} needs {grid[1]} column tiles, more than a grid's 65535")
@@ -418,29 +388,8 @@ def gemm_nt(a, b, out, *, variant="tf32x3", stream=None, tile=None):
 # ---------------------------------------------------------------------------------------------
 # GEMV.
 
-_GEMV_THREADS, _GEMV_RPP, _GEMV_UNROLL, _GEMV_TPR = 256, 32, 4, 8  # as in kernels/gemv.cu
-_GEMV_NT_THREADS = 256  # GEMV_NT_THREADS
-# GemvNt in kernels/gemv.cu: the outputs per warp at a time (GEMV_NT_ROWS; at 8 tokens by weight type,
-# the LM head apart) and the resident blocks per SM that the registers allow (3; 2 at 4 rows; one
-# float32 token has its own knob, 3 or 4 by width, below); more rows loop in a warp
-_GEMV_NT_DEFAULTS = {"GEMV_NT_ROWS": 2, "GEMV_NT_ROWS_M8_F32": 2, "GEMV_NT_ROWS_M8_LM": 4, "GEMV_NT_ROWS_M8_BF16": 4,
-                     "GEMV_NT_MIN_BLOCKS": 3, "GEMV_NT_MIN_BLOCKS_M1_F32": 3}
-# (GEMV_NT_ROWS_M1_BF16 and GEMV_NT_MIN_BLOCKS_M1_BF16 default to GEMV_NT_ROWS and GEMV_NT_MIN_BLOCKS)
-NT_DEFINES: tuple = ()  # extra #defines of the nt kernels (tuning runs: GEMV_NT_UNROLL, GEMV_NT_MIN_BLOCKS)
-# One float32 token: resident blocks per SM (the registers' bound, GEMV_NT_MIN_BLOCKS_M1_F32) by the
-# product's width min(N, K), the model's n_embd for every decode product; 3 where not listed. Measured
-# best per GPT-2 size, not monotonic in the width (docs/PERFORMANCE.md version 18, b1 tok/s at 3 / 4:
-# gpt2 4,426 / 4,291, medium 1,565 / 1,697, large 894 / 854, xl 424 / 473). NT_DEFINES' own
-# GEMV_NT_MIN_BLOCKS_M1_F32 overrides it. (At 4 the LayerNorm builds spill 4-8 bytes under nvcc 13.0;
-# measured faster all the same.)
-GEMV_NT_M1_F32_BLOCKS_BY_WIDTH = {1024: 4, 1600: 4}
-# One bf16 token likewise: its build's #defines by width (version 18, b1 tok/s: gpt2 5,280 -> 5,460 with 4
-# rows per warp (2 blocks per SM), medium 2,167 -> 2,369 with 4 blocks per SM; large best as it was).
-GEMV_NT_M1_BF16_BY_WIDTH = {768: (("GEMV_NT_ROWS_M1_BF16", 4),), 1024: (("GEMV_NT_MIN_BLOCKS_M1_BF16", 4),)}
-# One token: the builds' LayerNorm made for its K (GEMV_LN_K, kernels/gemv.cu: no loop over the row's pieces
-# left on its path), the launch's K where it has a LayerNorm, else the product's width min(N, K), so that a
-# model's one-token products (n_embd wide, every LayerNorm of K = n_embd) still share one build.
-GEMV_LN_K_BY_WIDTH = True
+_GEMV_THREADS, _GEMV_RPP, _GEMV_UNROLL, _GEMV_TPR = build.GEMV_THREADS, build.GEMV_RPP, build.GEMV_UNROLL, build.GEMV_TPR
+_GEMV_NT_THREADS = build.GEMV_NT_THREADS
 _GEMV_BLOCKS_PER_SM = 4  # split-K target: about this many blocks per SM
 _workspaces: dict = {}
 
@@ -513,7 +462,7 @@ def gemv(x, w, bias, out, *, epilogue="bias", residual=None, stream=None):
     name = f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_{epilogue}"
     args = (x, w, bias, _NULL if residual is None else residual, out, ws, counters,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), _i32(k_per_split, "k_per_split"))
-    launch(kernel("gemv", name, (("GEMV_BUILD_MP", 0),)), (strips, splits, 1), (_GEMV_THREADS, 1, 1), args, 0,
+    launch(kernel("gemv", name, build.gemv_kmajor()), (strips, splits, 1), (_GEMV_THREADS, 1, 1), args, 0,
            stream)  # the k-major kernels' build alone
 
 
@@ -600,12 +549,9 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     name = (f"gemv_{'f32' if w.dtype == np.float32 else 'bf16'}_nt" + ("_ln" if ln is not None else "")
             + (f"_{epilogue}" if epilogue else "") + ("_kv" if kv is not None else "")
             + f"_m{mp}")
-    defines = _gemv_nt_defines(n, k, mp, w.dtype != np.float32, ln is not None)
-    ln_k = dict(defines).get("GEMV_LN_K", 0)  # NT_DEFINES may set it
-    if ln is not None and ln_k not in (0, k):
-        raise ValueError(f"this build's LayerNorm is made for K = {ln_k}; the launch has K = {k}")
-    wpr, grid = gemv_nt_plan(n, k, cpt, mp, w.dtype != np.float32, ln is not None and epilogue is None,
-                             defines=defines)
+    bf16 = w.dtype != np.float32
+    settings = build.gemv_nt_settings(n, k, mp, bf16, ln is not None)
+    wpr, grid = gemv_nt_plan(n, k, cpt, mp, bf16, ln is not None and epilogue is None, settings=settings)
     args = (x, w, _NULL if bias is None else bias, _NULL if residual is None else residual, out,
             _NULL if g is None else g, _NULL if b is None else b,
             _i32(m, "M"), _i32(n, "N"), _i32(k, "K"), np.float32(eps), np.int32(wpr)) + kv_args
@@ -614,7 +560,7 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
     # the normalized rows, then g and b (gemv_ln_rows)
     smem = (m + 2) * k * 4 if ln is not None else 0
     # the build of mp's kernels alone (GEMV_BUILD_MP: a first run compiles only the token counts it uses)
-    launch(kernel("gemv", name, defines + (("GEMV_BUILD_MP", mp),)), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args,
+    launch(kernel("gemv", name, build.gemv_nt(n, k, mp, bf16, ln is not None)), (grid, 1, 1), (_GEMV_NT_THREADS, 1, 1), args,
            smem, stream, programmatic=True)
 
 
@@ -649,49 +595,18 @@ def _gemv_nt_tokens(m: int) -> int:
     return 1 if m == 1 else 2 if m == 2 else 4 if m <= 4 else 8
 
 
-def _gemv_nt_defines(n: int, k: int, mp: int, bf16: bool, ln: bool = False) -> tuple:
-    """The #defines of the nt kernel build for an [n, k] product at mp tokens (``ln``: with its LayerNorm):
-    NT_DEFINES, and for one token its settings by width (GEMV_NT_M1_F32_BLOCKS_BY_WIDTH,
-    GEMV_NT_M1_BF16_BY_WIDTH) and its LayerNorm's K (GEMV_LN_K_BY_WIDTH), each unless NT_DEFINES sets it."""
-    if mp != 1:
-        return NT_DEFINES
-    width = min(n, k)
-    if bf16:
-        extra = GEMV_NT_M1_BF16_BY_WIDTH.get(width, ())
-    else:
-        blocks = GEMV_NT_M1_F32_BLOCKS_BY_WIDTH.get(width)
-        extra = () if blocks is None else (("GEMV_NT_MIN_BLOCKS_M1_F32", blocks),)
-    if GEMV_LN_K_BY_WIDTH:
-        extra += (("GEMV_LN_K", k if ln else width),)
-    given = dict(NT_DEFINES)
-    return NT_DEFINES + tuple(kv for kv in extra if kv[0] not in given)
-
-
-def _gemv_nt_build(mp: int, bf16: bool, lm_head: bool, defines: tuple | None = None) -> tuple[int, int]:
-    """(rows per warp, resident blocks per SM) of an nt kernel build (GemvNt) with ``defines`` (default
-    NT_DEFINES)."""
-    d = {**_GEMV_NT_DEFAULTS, **dict(NT_DEFINES if defines is None else defines)}
-    d.setdefault("GEMV_NT_ROWS_M1_BF16", d["GEMV_NT_ROWS"])
-    d.setdefault("GEMV_NT_MIN_BLOCKS_M1_BF16", d["GEMV_NT_MIN_BLOCKS"])
-    key = ("GEMV_NT_ROWS_M1_BF16" if mp == 1 and bf16 else "GEMV_NT_ROWS" if mp < 8 else "GEMV_NT_ROWS_M8_BF16" if bf16
-           else "GEMV_NT_ROWS_M8_LM" if lm_head else "GEMV_NT_ROWS_M8_F32")
-    rows = d[key]
-    per_sm = (2 if rows >= 4 else d["GEMV_NT_MIN_BLOCKS_M1_F32"] if mp == 1 and not bf16
-              else d["GEMV_NT_MIN_BLOCKS_M1_BF16"] if mp == 1 else d["GEMV_NT_MIN_BLOCKS"])
-    return rows, per_sm
-
-
 def gemv_nt_plan(n: int, k: int, cpt: int, mp: int = 1, bf16: bool = False, lm_head: bool = False,
-                 sms: int | None = None, defines: tuple | None = None) -> tuple[int, int]:
+                 sms: int | None = None, settings: dict | None = None) -> tuple[int, int]:
     """(wpr, grid) of an nt GEMV build (mp tokens, bf16 weights or not, the LM head's or not; its
-    defines, by default _gemv_nt_defines'): the warps per row group (they split K) and the blocks.
+    settings, by default cuda_build.gemv_nt_settings'): the warps per row group (they split K) and the blocks.
     The fewest warps per row group that still give every SM two blocks, while each warp keeps at
     least one 16-byte chunk per lane of K; at one token, while the grid has fewer blocks than SMs, also
     where each warp keeps only half a chunk per lane (lanes 24-31 of gpt2's bf16 attention projection,
     768 x 768: 96 blocks, not 48, +3.7% at bf16 b1, docs/PERFORMANCE.md version 31). Blocks beyond what
     stays resident loop."""
     sms = sm_count() if sms is None else sms
-    rows, per_sm = _gemv_nt_build(mp, bf16, lm_head, _gemv_nt_defines(n, k, mp, bf16) if defines is None else defines)
+    settings = build.gemv_nt_settings(n, k, mp, bf16) if settings is None else settings
+    rows, per_sm = build.gemv_nt_build(mp, bf16, lm_head, settings)
     warps = _GEMV_NT_THREADS // 32
 
     def blocks(w: int) -> int:
@@ -781,9 +696,7 @@ def from_bf16_bits(bits):
 # ---------------------------------------------------------------------------------------------
 # The greedy LM head through its int8 screen (kernels/lm_screen.cu, gpt2block/screen.py).
 
-SCREEN_MAX_K = 2048  # lm_screen's builds: K <= 256 LM_SCREEN_J, J up to 8
-_SCREEN_DEFAULTS = {"LM_SCREEN_ROWS": 8, "LM_SCREEN_ROWS_WIDE": 4, "LM_SCREEN_MIN_BLOCKS": 2}  # lm_screen.cu's
-SCREEN_DEFINES: tuple = ()  # extra #defines of the screen's build (A/B: LM_SCREEN_ROWS, _PIN_BYTES, _MIN_BLOCKS, _J)
+SCREEN_MAX_K = build.LM_SCREEN_MAX_K  # lm_screen's builds: K <= 256 LM_SCREEN_J, J up to 8
 _screen_ws: dict = {}
 
 
@@ -795,6 +708,7 @@ class ScreenTable:
     q: object
     rowp: object
     w_ptr: int  # the head it was made from (a check that it is used with that head)
+    j: int  # LM_SCREEN_J of its build (cuda_build.lm_screen): the table, screen and rescore share it
 
 
 def screen_fits(n: int, k: int) -> bool:
@@ -807,30 +721,23 @@ def _screen_unfit(shape) -> str:
             f" {tuple(shape)}")
 
 
-def _screen_defines(n: int, k: int, bf16: bool) -> tuple:
-    """lm_screen.cu's build for a head [n, k]: the full head's #defines (its LayerNorm and lanes), the
-    width's J = ceil(K / 256), and SCREEN_DEFINES. One build a model: its table, screen and rescore."""
-    j = dict(SCREEN_DEFINES).get("LM_SCREEN_J")
-    if j is not None and not 256 * int(j) >= k:  # an A/B build may set a wider J: correct, slower
-        raise ValueError(f"SCREEN_DEFINES' LM_SCREEN_J = {j} takes K up to {256 * int(j)}; the head has K = {k}")
-    own = () if j is not None else (("LM_SCREEN_J", -(-k // 256)),)
-    return _gemv_nt_defines(n, k, 1, bf16, ln=True) + own + SCREEN_DEFINES
-
-
-def screen_table(w, stream=None) -> ScreenTable:
+def screen_table(w, stream=None, j: int | None = None) -> ScreenTable:
     """The screen of the LM head w [N, K] (float32, or bf16 bits as uint16), made on the GPU by
-    lm_screen_table_* on ``stream``: gpt2block.screen.table's values, bit for bit."""
+    lm_screen_table_* on ``stream``: gpt2block.screen.table's values, bit for bit. ``j``: the build's
+    LM_SCREEN_J (default ceil(K / 256); a wider one is correct, slower)."""
     _check_weights(w, "w", "[N, K]")
     n, k = w.shape
     if not screen_fits(n, k):
         raise ValueError(_screen_unfit(w.shape))
     bf16 = w.dtype != np.float32
+    j = build.lm_screen_j(k) if j is None else j
+    defines = build.lm_screen(n, k, bf16, j)
     with stream if stream is not None else contextlib.nullcontext():  # allocated for the stream that writes them
         q, rowp = cp.empty((n, k), cp.int8), cp.empty((n, 4), cp.float32)
-    launch(kernel("lm_screen", f"lm_screen_table_{'bf16' if bf16 else 'f32'}", _screen_defines(n, k, bf16)),
+    launch(kernel("lm_screen", f"lm_screen_table_{'bf16' if bf16 else 'f32'}", defines),
            (-(-n // (_GEMV_NT_THREADS // 32)), 1, 1), (_GEMV_NT_THREADS, 1, 1),
            (w, _i32(n, "N"), _i32(k, "K"), q, rowp), 0, stream)
-    return ScreenTable(q, rowp, w.data.ptr)
+    return ScreenTable(q, rowp, w.data.ptr, j)
 
 
 def _screen_workspace(n: int, k: int, g1: int, stream):
@@ -844,14 +751,12 @@ def _screen_workspace(n: int, k: int, g1: int, stream):
     return got
 
 
-def _screen_grids(n: int, k: int) -> tuple[int, int]:
+def _screen_grids(n: int, k: int, j: int | None = None) -> tuple[int, int]:
     """(G1, G2): the screen's blocks (LM_SCREEN_MIN_BLOCKS a SM, at most one per 8 warps' rows: R a
-    warp, LM_SCREEN_ROWS_J) and the rescore's (one a SM)."""
-    d = {**_SCREEN_DEFAULTS, **dict(SCREEN_DEFINES)}
-    j = int(d.get("LM_SCREEN_J", -(-k // 256)))  # the build's J (_screen_defines): its rows a warp
-    rows = d["LM_SCREEN_ROWS"] if j <= 4 else d["LM_SCREEN_ROWS_WIDE"]
+    warp by the build's J, cuda_build.lm_screen_rows) and the rescore's (one a SM)."""
+    rows = build.lm_screen_rows(build.lm_screen_j(k) if j is None else j)
     sms = sm_count()
-    return min(d["LM_SCREEN_MIN_BLOCKS"] * sms, -(-n // (rows * _GEMV_NT_THREADS // 32))), min(sms, n)
+    return min(build.LM_SCREEN_MIN_BLOCKS * sms, -(-n // (rows * _GEMV_NT_THREADS // 32))), min(sms, n)
 
 
 def screen_prepare(w, stream=None) -> None:
@@ -860,7 +765,7 @@ def screen_prepare(w, stream=None) -> None:
     from .cuda_ops import argmax_workspace
 
     n, k = w.shape
-    module("lm_screen", _screen_defines(n, k, w.dtype != np.float32))
+    module("lm_screen", build.lm_screen(n, k, w.dtype != np.float32))
     g1, g2 = _screen_grids(n, k)
     _screen_workspace(n, k, g1, stream)
     argmax_workspace(1, g2, stream)
@@ -893,11 +798,11 @@ def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> No
     if argmax is None:
         raise ValueError("the screened LM head gives only the argmax: argmax = (ids, advance, host_out) is required")
     bf16 = w.dtype != np.float32
-    g1, g2 = _screen_grids(n, k)
+    defines = build.lm_screen(n, k, bf16, table.j)  # checks that the table's J takes K
+    g1, g2 = _screen_grids(n, k, table.j)
     ub, lb_part, h = _screen_workspace(n, k, g1, stream)
-    head_defines = _gemv_nt_defines(n, k, 1, bf16, ln=True)
-    wpr, _ = gemv_nt_plan(n, k, _cpt(w), 1, bf16, True, defines=head_defines)  # the full head's split of K
-    defines = _screen_defines(n, k, bf16)
+    head = build.gemv_nt_settings(n, k, 1, bf16, ln=True)
+    wpr, _ = gemv_nt_plan(n, k, _cpt(w), 1, bf16, True, settings=head)  # the full head's split of K
     launch(kernel("lm_screen", "lm_screen", defines), (g1, 1, 1), (_GEMV_NT_THREADS, 1, 1),
            (x, table.q, table.rowp, g, b, np.float32(eps), _i32(n, "N"), _i32(k, "K"), ub, lb_part, h),
            3 * k * 4 + 2 * k, stream, programmatic=True)

@@ -12,6 +12,7 @@ import weakref
 import cupy as cp
 import numpy as np
 
+from . import cuda_build as build
 from .cuda_modules import kernel, launch, sm_count
 
 LN_WARPS = 4
@@ -22,8 +23,8 @@ LN_MAX_VEC = 13  # layernorm.cu holds a row in registers: D <= 128 * LN_MAX_VEC 
 LN_MAX_D = 128 * LN_MAX_VEC
 LN_DEPTH3_VEC = (4, 5, 6)  # float4 per lane (D 385 to 768) at which layernorm.cu may hold three rows a warp
 LN_DEFINES: tuple = ()  # extra #defines of layernorm_f32 (A/B runs: LN_LOAD_HINT, LN_STORE_HINT)
-ARGMAX_THREADS = 256
-ARGMAX_CHUNK = 8 * ARGMAX_THREADS  # logits per block: ARGMAX_UNROLL loads per thread (sampling.cu)
+ARGMAX_THREADS = build.ARGMAX_THREADS
+ARGMAX_CHUNK = build.ARGMAX_CHUNK  # logits per block: ARGMAX_UNROLL loads per thread (sampling.cu)
 
 
 class MappedInts:
@@ -170,7 +171,7 @@ def argmax_rows(logits, out, advance=None, host_out: MappedInts | None = None) -
         raise ValueError(f"logits row stride {ld} is beyond the kernel's int indexing")
     chunks = -(-v // ARGMAX_CHUNK)
     ws = argmax_workspace(rows, chunks)
-    k = kernel("sampling", "argmax_rows_f32", (("ARGMAX_THREADS", ARGMAX_THREADS),))
+    k = kernel("sampling", "argmax_rows_f32", build.sampling())
     launch(k, (chunks, rows), (ARGMAX_THREADS,),
            (logits, out, cp.int32(v), cp.int32(ld), cp.int32(ARGMAX_CHUNK), ws.part_v, ws.part_i, ws.counters,
             advance if advance is not None else np.uint64(0),  # NULL: no advance

@@ -3,6 +3,8 @@ against the full head (gemv_*_nt_ln_m1 with its argmax): the same winner on ever
 near-ties by the hundred, NaN and infinite logits; every row's interval holds the full head's logit;
 the intervals match gpt2block.screen.bounds (the float64 model the CPU tests check)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -184,26 +186,20 @@ def test_screen_table_is_numpys_bit_for_bit(wdtype, k, n):
 
 
 def test_screened_head_with_a_wider_build():
-    """An A/B build with a larger LM_SCREEN_J than the width needs gives the same winner; a narrower
-    one is refused."""
+    """A table built with a larger LM_SCREEN_J than the width needs (screen_table's j) gives the same
+    winner; a narrower one is refused."""
     rng = np.random.default_rng()
     x, w, g, b = (cp.asarray(a) for a in _case(rng, 768, 5000, "random"))
     ln = (g, b, 1e-5)
     _, want = _full_head(x, w, ln)
-    before = L.SCREEN_DEFINES
-    try:
-        L.SCREEN_DEFINES = (("LM_SCREEN_J", 8),)
-        ids = cp.full(1, -1, cp.int32)
-        table = L.screen_table(w)
-        L.lm_head_screened(x, table, w, ln, (ids, None, None))
-        assert int(ids[0]) == int(want[0])
-        L.SCREEN_DEFINES = (("LM_SCREEN_J", 2),)
-        with pytest.raises(ValueError, match="LM_SCREEN_J = 2 takes K up to 512"):
-            L.lm_head_screened(x, table, w, ln, (ids, None, None))
-        with pytest.raises(ValueError, match="LM_SCREEN_J = 2 takes K up to 512"):
-            L.screen_table(w)
-    finally:
-        L.SCREEN_DEFINES = before
+    ids = cp.full(1, -1, cp.int32)
+    table = L.screen_table(w, j=8)
+    L.lm_head_screened(x, table, w, ln, (ids, None, None))
+    assert int(ids[0]) == int(want[0])
+    with pytest.raises(ValueError, match="LM_SCREEN_J = 2 takes K up to 512"):
+        L.lm_head_screened(x, dataclasses.replace(table, j=2), w, ln, (ids, None, None))
+    with pytest.raises(ValueError, match="LM_SCREEN_J = 2 takes K up to 512"):
+        L.screen_table(w, j=2)
 
 
 @pytest.mark.parametrize("wdtype", ["f32", "bf16"])

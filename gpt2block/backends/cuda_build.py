@@ -1,0 +1,279 @@
+"""Every build parameter of kernels/*.cu: the one owner of each ``-D NAME=VALUE``.
+
+A kernel carries no default for what is set here (``#ifndef NAME`` / ``#error "NAME is set by
+gpt2block/backends/cuda/build.py"``), and the host code that plans a launch (grids, shared memory,
+plans) reads the same values from here, so the two cannot drift apart (tests/test_build_params.py).
+Each function returns one module's defines, ``((NAME, VALUE), ...)``, the key under which
+cuda_modules builds and caches it. Plain Python, no CuPy: the CPU tests import it.
+
+    attention(ranks)                      kernels/attention.cu (prefill, and decode with ranks blocks a cluster)
+    attention_wgmma()                     kernels/attention_wgmma.cu
+    decode_cluster()                      kernels/decode_cluster.cu
+    gemm(tile, variant)                   kernels/gemm.cu
+    gemm_wgmma(tile, variant)             kernels/gemm_wgmma.cu's GEMMs; gemm_wgmma_planes(variant) its planes
+    gemv_kmajor()                         kernels/gemv.cu's k-major kernels
+    gemv_nt(n, k, mp, bf16, ln)           kernels/gemv.cu's nt kernels of mp tokens for an [n, k] product
+    lm_screen(n, k, bf16)                 kernels/lm_screen.cu for an LM head [n, k]
+    sampling()                            kernels/sampling.cu
+    solve()                               kernels/solve.cu (the export: written at the top of solution.cu)
+    MODULES                               each kernels/<name>.cu with the builds the product makes of it
+"""
+
+from __future__ import annotations
+
+# ---- attention.cu / attention_wgmma.cu ---------------------------------------------------------
+ATTN_LDS = 68  # shared row stride (floats) of a 64-wide prefill tile: 16-byte rows, no bank conflicts
+ATTN_DEC_THREADS = 128  # the decode kernel's block
+ATTN_DEC_MAX_CLUSTER = 8  # the decode kernel's blocks (one cluster) per (row, head) on sm_90, at most
+ATTN_WG_THREADS = 288  # attention_wgmma: two consumer warpgroups and the producer warp
+ATTN_WG_TILE_FLOATS = 16384  # attention_wgmma: one key tile's K / V^T planes (64 KB)
+
+# ---- decode_cluster.cu ----------------------------------------------------------------------------
+DC_D = 768  # the width the kernel is built for (gpt2)
+DC_C = 8  # blocks per cluster (one cluster per head)
+DC_THREADS = 256
+DC_PART = 68  # floats of an attention partial: acc[64], m, l (and padding)
+
+# ---- gemm.cu / gemm_wgmma.cu -------------------------------------------------------------------------
+GEMM_BK = 32  # k per shared-memory stage
+GEMM_STAGES = 3  # cp.async pipeline depth
+GEMM_VARIANTS = {"tf32": (("GEMM_WITH_TF32", 1), ("GEMM_WITH_TF32X3", 0)),
+                 "tf32x3": (("GEMM_WITH_TF32", 0), ("GEMM_WITH_TF32X3", 1))}
+GW_PLANES_N = 64  # W's columns per block of gemm_wg_split_planes_kn (32: slower, docs/PERFORMANCE.md version 17)
+GW_PLANES_TILE = (2, 128, 4, 1)  # (GW_WG, GW_BN, GW_STAGES, GW_SPLITK) of the planes kernels' build (its GEMMs unused)
+
+# ---- gemv.cu -----------------------------------------------------------------------------------------
+GEMV_MAX_M = 8  # tokens the GEMVs take at most (decode batches beyond run the GEMMs)
+GEMV_THREADS = 256  # the k-major kernels' block
+GEMV_TPR = 8  # threads across one weight row's strip
+GEMV_RPP = GEMV_THREADS // GEMV_TPR  # weight rows per pass (derived in the kernel alike)
+GEMV_UNROLL = 4  # 16-byte weight loads in flight per thread
+GEMV_NT_THREADS = 256  # the nt kernels' block
+# GemvNt: weight rows per warp at a time (at 8 tokens by weight type, the float32 LM head apart) and the
+# resident blocks per SM the registers must allow (3; the kernel takes 2 at 4 rows); more rows loop in a warp
+GEMV_NT = {"GEMV_NT_ROWS": 2, "GEMV_NT_ROWS_M8_F32": 2, "GEMV_NT_ROWS_M8_LM": 4, "GEMV_NT_ROWS_M8_BF16": 4,
+           "GEMV_NT_MIN_BLOCKS": 3}
+# One float32 token: resident blocks per SM (GEMV_NT_MIN_BLOCKS_M1_F32) by the product's width min(N, K), the
+# model's n_embd for every decode product; 3 where not listed. Measured best per GPT-2 size, not monotonic in
+# the width (docs/PERFORMANCE.md version 18, b1 tok/s at 3 / 4: gpt2 4,426 / 4,291, medium 1,565 / 1,697,
+# large 894 / 854, xl 424 / 473). (At 4 the LayerNorm builds spill 4-8 bytes under nvcc 13.0; measured
+# faster all the same.)
+GEMV_NT_MIN_BLOCKS_M1_F32 = 3
+GEMV_NT_M1_F32_BLOCKS_BY_WIDTH = {1024: 4, 1600: 4}
+# One bf16 token likewise: rows per warp and blocks per SM by width (version 18, b1 tok/s: gpt2 5,280 -> 5,460
+# with 4 rows per warp (2 blocks per SM), medium 2,167 -> 2,369 with 4 blocks per SM; large best as it was);
+# elsewhere GEMV_NT_ROWS and GEMV_NT_MIN_BLOCKS.
+GEMV_NT_M1_BF16_BY_WIDTH = {768: {"GEMV_NT_ROWS_M1_BF16": 4}, 1024: {"GEMV_NT_MIN_BLOCKS_M1_BF16": 4}}
+GEMV_NT_TOKENS = (1, 2, 4, 8)  # the nt builds' token counts (GEMV_BUILD_MP; 0 is the k-major build)
+
+# ---- lm_screen.cu --------------------------------------------------------------------------------------
+LM_SCREEN_MAX_J = 8  # the screen's builds: K <= 256 LM_SCREEN_J, J up to 8
+LM_SCREEN_MAX_K = 256 * LM_SCREEN_MAX_J
+# Table rows a warp loads at once, for J <= 4 and wider (8 rows' loads spill from J = 5 on); resident blocks
+# per SM (docs/PERFORMANCE.md version 28: 8 rows bf16 6,415-6,421 tok/s against 4 rows' 6,204-6,213 at gpt2)
+LM_SCREEN_ROWS = 8
+LM_SCREEN_ROWS_WIDE = 4
+LM_SCREEN_MIN_BLOCKS = 2
+
+# ---- sampling.cu ---------------------------------------------------------------------------------------
+ARGMAX_THREADS = 256
+ARGMAX_UNROLL = 8  # loads in flight per thread
+ARGMAX_CHUNK = ARGMAX_UNROLL * ARGMAX_THREADS  # logits per block
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def attention(ranks: int = ATTN_DEC_MAX_CLUSTER) -> tuple:
+    """attention.cu: the prefill kernels and attention_decode_f32 with ``ranks`` blocks (one cluster) per
+    (row, head); the prefill launches take the module of the most ranks."""
+    if not 1 <= ranks <= ATTN_DEC_MAX_CLUSTER:
+        raise ValueError(f"attention_decode runs 1 to {ATTN_DEC_MAX_CLUSTER} blocks per (row, head); got {ranks}")
+    return (("ATTN_LDS", ATTN_LDS), ("ATTN_DEC_THREADS", ATTN_DEC_THREADS), ("ATTN_DEC_CLUSTER", ranks))
+
+
+def attention_wgmma() -> tuple:
+    return (("ATTN_WG_TILE_FLOATS", ATTN_WG_TILE_FLOATS), ("ATTN_WG_THREADS", ATTN_WG_THREADS))
+
+
+def decode_cluster() -> tuple:
+    return (("DC_D", DC_D), ("DC_C", DC_C), ("DC_THREADS", DC_THREADS), ("DC_PART", DC_PART))
+
+
+def _variant(variant: str) -> tuple:
+    if variant not in GEMM_VARIANTS:
+        raise ValueError(f"GEMM variant must be one of {', '.join(GEMM_VARIANTS)}; got {variant!r}")
+    return GEMM_VARIANTS[variant]
+
+
+def gemm(tile, variant: str) -> tuple:
+    """gemm.cu for ``tile`` (bm, bn, warps_m, warps_n: cuda_linear.Tile) and one variant."""
+    return ((("GEMM_BM", tile.bm), ("GEMM_BN", tile.bn), ("GEMM_WARPS_M", tile.warps_m),
+             ("GEMM_WARPS_N", tile.warps_n), ("GEMM_BK", GEMM_BK), ("GEMM_STAGES", GEMM_STAGES))
+            + _variant(variant))
+
+
+def _gw(wg: int, bn: int, stages: int, splitk: int, variant: str) -> tuple:
+    return ((("GW_WG", wg), ("GW_BN", bn), ("GW_STAGES", stages), ("GW_SPLITK", splitk),
+             ("GW_PLANES_N", GW_PLANES_N)) + _variant(variant))
+
+
+GW_SMEM_PER_BLOCK = 232448  # the largest dynamic shared memory one block may opt into on sm_90
+GW_MAX_STAGES = 8
+
+
+def gw_planes(variant: str) -> int:
+    """Weight planes a variant reads: tf32 hi and lo (tf32x3), or hi alone (tf32)."""
+    _variant(variant)
+    return 2 if variant == "tf32x3" else 1
+
+
+def gw_smem_bytes(variant: str, wg: int, bn: int, stages: int) -> int:
+    """GW_SMEM_BYTES of kernels/gemm_wgmma.cu: the ring's stages (A's 64 wg rows, the planes' bn rows, 128
+    bytes each), the barriers and 1024 bytes of alignment."""
+    return stages * (64 * wg + gw_planes(variant) * bn) * 128 + 16 * stages + 1024
+
+
+def gw_stages(variant: str, wg: int, bn: int) -> int:
+    """The most ring stages (at most GW_MAX_STAGES) that fit one block's shared memory."""
+    s = GW_MAX_STAGES
+    while s > 2 and gw_smem_bytes(variant, wg, bn, s) > GW_SMEM_PER_BLOCK:
+        s -= 1
+    return s
+
+
+def gemm_wgmma(tile, variant: str) -> tuple:
+    """gemm_wgmma.cu's GEMMs for ``tile`` (wg, bn, splitk: cuda_linear.WgTile), with the most ring stages
+    that fit (gw_stages)."""
+    return _gw(tile.wg, tile.bn, gw_stages(variant, tile.wg, tile.bn), tile.splitk, variant)
+
+
+def gemm_wgmma_planes(variant: str) -> tuple:
+    """gemm_wgmma.cu's weight-plane kernels (gemm_wg_split_planes_*) of one variant."""
+    return _gw(*GW_PLANES_TILE, variant)
+
+
+def _gemv_common(mp: int) -> tuple:
+    return (("GEMV_BUILD_MP", mp), ("GEMV_MAX_M", GEMV_MAX_M), ("GEMV_THREADS", GEMV_THREADS),
+            ("GEMV_TPR", GEMV_TPR), ("GEMV_UNROLL", GEMV_UNROLL), ("GEMV_NT_THREADS", GEMV_NT_THREADS))
+
+
+def gemv_nt_settings(n: int, k: int, mp: int, bf16: bool, ln: bool = False) -> dict:
+    """The nt kernels' settings for an [n, k] product at mp tokens (``ln``: with its LayerNorm): GEMV_NT, the
+    one-token knobs by width, and GEMV_LN_K: for one token the build's LayerNorm is made for its K (no loop
+    over the row's pieces left on its path), the launch's K where it has a LayerNorm, else the product's width
+    min(N, K), so that a model's one-token products (n_embd wide, every LayerNorm of K = n_embd) share one
+    build; 0 (any K) for more tokens."""
+    if mp not in GEMV_NT_TOKENS:
+        raise ValueError(f"the nt GEMVs are built for {GEMV_NT_TOKENS} tokens; got {mp}")
+    d = dict(GEMV_NT)
+    d["GEMV_NT_ROWS_M1_BF16"] = d["GEMV_NT_ROWS"]
+    d["GEMV_NT_MIN_BLOCKS_M1_BF16"] = d["GEMV_NT_MIN_BLOCKS"]
+    d["GEMV_NT_MIN_BLOCKS_M1_F32"] = GEMV_NT_MIN_BLOCKS_M1_F32
+    d["GEMV_LN_K"] = 0
+    if mp == 1:
+        width = min(n, k)
+        if bf16:
+            d.update(GEMV_NT_M1_BF16_BY_WIDTH.get(width, {}))
+        elif width in GEMV_NT_M1_F32_BLOCKS_BY_WIDTH:
+            d["GEMV_NT_MIN_BLOCKS_M1_F32"] = GEMV_NT_M1_F32_BLOCKS_BY_WIDTH[width]
+        d["GEMV_LN_K"] = k if ln else width
+    return d
+
+
+def gemv_nt(n: int, k: int, mp: int, bf16: bool, ln: bool = False) -> tuple:
+    """gemv.cu's nt kernels of mp tokens (1, 2, 4 or 8) for an [n, k] product (gemv_nt_settings)."""
+    return _gemv_common(mp) + tuple(gemv_nt_settings(n, k, mp, bf16, ln).items())
+
+
+def gemv_nt_build(mp: int, bf16: bool, lm_head: bool, settings: dict) -> tuple[int, int]:
+    """(rows per warp, resident blocks per SM) of an nt build with ``settings`` (gemv_nt_settings), as
+    GemvNt in kernels/gemv.cu works them out."""
+    d = settings
+    key = ("GEMV_NT_ROWS_M1_BF16" if mp == 1 and bf16 else "GEMV_NT_ROWS" if mp < 8 else "GEMV_NT_ROWS_M8_BF16"
+           if bf16 else "GEMV_NT_ROWS_M8_LM" if lm_head else "GEMV_NT_ROWS_M8_F32")
+    rows = d[key]
+    per_sm = (2 if rows >= 4 else d["GEMV_NT_MIN_BLOCKS_M1_F32"] if mp == 1 and not bf16
+              else d["GEMV_NT_MIN_BLOCKS_M1_BF16"] if mp == 1 else d["GEMV_NT_MIN_BLOCKS"])
+    return rows, per_sm
+
+
+def gemv_kmajor() -> tuple:
+    """gemv.cu's k-major kernels (gemv_{f32,bf16}_*): GEMV_BUILD_MP 0 and the nt settings' defaults (unused)."""
+    return _gemv_common(0) + tuple(gemv_nt_settings(0, 0, 8, False).items())
+
+
+def lm_screen_j(k: int) -> int:
+    """The screen build's J for heads of width K: ceil(K / 256)."""
+    if not 0 < k <= LM_SCREEN_MAX_K:
+        raise ValueError(f"the LM head screen takes K up to {LM_SCREEN_MAX_K}; got {k}")
+    return _cdiv(k, 256)
+
+
+def lm_screen(n: int, k: int, bf16: bool, j: int | None = None) -> tuple:
+    """lm_screen.cu for an LM head [n, k]: the full head's one-token build (its LayerNorm and lanes), its J
+    (default lm_screen_j(k); a wider J is correct, slower) and the screen's own settings. One build a model:
+    its table, screen and rescore."""
+    j = lm_screen_j(k) if j is None else j
+    if not 256 * j >= k or not 1 <= j <= LM_SCREEN_MAX_J:
+        raise ValueError(f"LM_SCREEN_J = {j} takes K up to {256 * j} (J 1 to {LM_SCREEN_MAX_J}); the head has K = {k}")
+    return gemv_nt(n, k, 1, bf16, ln=True) + (
+        ("LM_SCREEN_J", j), ("LM_SCREEN_ROWS", LM_SCREEN_ROWS), ("LM_SCREEN_ROWS_WIDE", LM_SCREEN_ROWS_WIDE),
+        ("LM_SCREEN_MIN_BLOCKS", LM_SCREEN_MIN_BLOCKS))
+
+
+def lm_screen_rows(j: int) -> int:
+    """Table rows a warp of the screen takes at once in a build of J (LM_SCREEN_ROWS_J in the kernel)."""
+    return LM_SCREEN_ROWS if j <= 4 else LM_SCREEN_ROWS_WIDE
+
+
+def sampling() -> tuple:
+    return (("ARGMAX_THREADS", ARGMAX_THREADS), ("ARGMAX_UNROLL", ARGMAX_UNROLL))
+
+
+SOLVE_GEMM_TILE = (128, 128, 2, 4)  # solve.cu's GEMM tile (GEMM_BM, GEMM_BN, GEMM_WARPS_M, GEMM_WARPS_N)
+
+
+def solve() -> tuple:
+    """kernels/solve.cu, the export's host code with the GEMM (both variants' kernels), attention and
+    LayerNorm it includes."""
+    bm, bn, wm, wn = SOLVE_GEMM_TILE
+    return ((("GEMM_BM", bm), ("GEMM_BN", bn), ("GEMM_WARPS_M", wm), ("GEMM_WARPS_N", wn), ("GEMM_BK", GEMM_BK),
+             ("GEMM_STAGES", GEMM_STAGES), ("GEMM_WITH_TF32", 1), ("GEMM_WITH_TF32X3", 1)) + attention())
+
+
+class _Tile:  # the product's GEMM tiles, without importing cuda_linear (CuPy) here
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _modules() -> dict:
+    """kernels/<name>.cu -> a few builds the product makes of it (every GEMM tile and variant, every nt token
+    count, a narrow and a wide screen...): what the compile tests build."""
+    from itertools import product
+
+    gemm_tiles = [_Tile(bm=128, bn=128, warps_m=2, warps_n=4), _Tile(bm=128, bn=64, warps_m=4, warps_n=2),
+                  _Tile(bm=64, bn=64, warps_m=2, warps_n=2)]
+    wg_tiles = [(_Tile(wg=2, bn=128, splitk=1), "tf32x3"), (_Tile(wg=1, bn=64, splitk=1), "tf32x3"),
+                (_Tile(wg=2, bn=192, splitk=3), "tf32"), (_Tile(wg=2, bn=48, splitk=1), "tf32")]
+    return {
+        "attention": [attention(), attention(1), attention(2)],
+        "attention_wgmma": [attention_wgmma()],
+        "decode_cluster": [decode_cluster()],
+        "decode_layers": [()],
+        "embedding": [()],
+        "kvcache": [()],
+        "gemm": [gemm(t, v) for t, v in product(gemm_tiles, GEMM_VARIANTS)],
+        "gemm_wgmma": [gemm_wgmma(t, v) for t, v in wg_tiles] + [gemm_wgmma_planes(v) for v in GEMM_VARIANTS],
+        "gemv": [gemv_kmajor()] + [gemv_nt(3 * d, d, mp, bf16, True) for d, mp, bf16 in
+                                   ((768, 1, True), (1024, 1, False), (1600, 1, False), (768, 2, True), (768, 4, False),
+                                    (768, 8, True))],
+        "layernorm": [()],
+        "lm_screen": [lm_screen(50257, 768, True), lm_screen(50257, 1600, False)],
+        "sampling": [sampling()],
+        "solve": [solve()],
+    }
+
+
+MODULES = _modules()
