@@ -194,10 +194,7 @@ __device__ __forceinline__ void lm_screen_body(const float* __restrict__ x, cons
     load_rowp(first + warp * R);
     gemv_ln_stage_gb(ln_g, ln_b, xs + K, K);
     pdl_wait();
-    if (GEMV_LN_BLOCK_M1)  // h, exactly as the full head's (gemv_nt_body's choice at one token)
-        gemv_ln_row_block(x, xs + K, xs, K, eps);
-    else
-        gemv_ln_rows(x, xs + K, xs, 1, K, eps);
+    gemv_ln_row_block(x, xs + K, xs, K, eps);  // h, exactly as the full head's (gemv_nt_body's at one token)
     double l1h, t;
     lm_screen_quantize_h(xs, hq, K, l1h, t);
     if (blockIdx.x == 0)

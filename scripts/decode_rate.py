@@ -79,6 +79,6 @@ if __name__ == "__main__":
                             runner.programmatic, runner.fused_decode, runner.cluster_decode = pdl, fused, cluster
                             label = {True: "on  ", False: "off ", "auto": "auto"}[fused]
                             print(f"{a.size} {prec} batch {b} fused {label} cluster {'on ' if cluster else 'off'} "
-                                  f"(runs: {'yes' if runner._cluster_fits(b) else 'no '}) programmatic "
+                                  f"(runs: {'yes' if runner._path(b).blocks == 'cluster' else 'no '}) programmatic "
                                   f"{'on ' if pdl else 'off'} ahead {'on ' if ahead else 'off'}: "
                                   f"{rate(runner, b, a.steps, ahead=ahead):,.0f} tok/s", flush=True)

@@ -5,7 +5,6 @@ with nvcc alone."""
 
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 

@@ -16,17 +16,11 @@ One block, the ten steps (the residual stream x is updated in place), prefill / 
     h = LN(x; g2, b2)                 layernorm_f32
     f = gelu(h @ W_fc + b_fc)         gemm epilogue bias_gelu
     x = x + f @ W_proj + b_proj       gemm epilogue bias_residual
-Decode (batch <= 8) can run every block in one persistent kernel, decode_layers_* (cuda_decode;
-the same five steps below as phases, the blocks of the grid meeting at a barrier between them),
-where its activations and weight ring fit one SM's shared memory: fused_decode=True, or "auto"
-(the default), which picks it where it measured faster (fused_auto; docs/PERFORMANCE.md, versions
-4, 12, 14, 15 and 17): bf16 weights from n_embd FUSED_AUTO_MIN_D on (gpt2-xl).
-A batch-1 step with bf16 weights at gpt2's width runs every block in decode_cluster_bf16 instead
-(cuda_cluster; cluster_decode=True, the default, where the device holds all its clusters at once): one
-thread block cluster per head, two handoffs a layer through global memory and three inside the
-clusters (docs/PERFORMANCE.md: version 35, 6,977-7,044 tok/s against the five kernels' 6,631-6,700;
-version 36, 7,540-7,562).
-Otherwise five kernels per block:
+A decode step's path is chosen in one place, cuda_decode_paths.decode_path (a table, each row
+citing its measurement): its blocks in decode_cluster_bf16 (cuda_cluster: batch 1, bf16 weights,
+gpt2's width, one thread block cluster per head), in decode_layers_* (cuda_decode: every block in one
+persistent kernel; gpt2-xl with bf16 weights), by the GEMMs above (batches over GEMV_MAX_M), or else
+five kernels per block:
     qkv = LN(x) @ W_qkv + b; K, V -> cache   gemv_*_nt_ln_bias_kv
     a = attention(q, cache)           attention_decode_f32
     x = x + a @ W_attn + b            gemv_*_nt_bias_residual
@@ -35,8 +29,9 @@ Otherwise five kernels per block:
 then ln_f + the LM head (gemv_*_nt_ln) and the argmax, which also moves the step's ints on to the
 next greedy step (ids = argmax, pos + 1): at batch 1 in the LM head itself (its last block to finish
 reduces the blocks' partials), else argmax_rows_f32. greedy_steps' chained steps at batch 1 need no
-logits: there the head is screened (SCREEN_HEAD: an int8 copy of wte bounds every logit, and only the
-rows that may win are formed exactly; the same token, cuda_linear.lm_head_screened). A step is one CUDA graph: the upload of its
+logits: there the head is screened (an int8 copy of wte bounds every logit, and only the rows that may
+win are formed exactly; the same token, cuda_linear.lm_head_screened). The runner's flags
+cluster_decode and fused_decode override the table (decode_path's cluster and layers). A step is one CUDA graph: the upload of its
 ints from pinned memory, the kernels (programmatic dependent launch on sm_90: each starts, and
 fetches its weights, while the one before finishes) and the download of the argmax into pinned
 memory. greedy_steps() runs a second graph, the kernels alone, fed by the step before it on the
@@ -55,29 +50,12 @@ import numpy as np
 from ..config import HEAD_DIM, GPT2Config
 from ..layout import block_layout
 from ..weights import ModelWeights
-from . import cuda_attention, cuda_cluster, cuda_decode, cuda_linear, cuda_modules, cuda_ops
+from . import cuda_attention, cuda_cluster, cuda_decode, cuda_decode_paths, cuda_linear, cuda_modules, cuda_ops
 from .base import Cache, Runner, check_ids
 
 # precision mode -> (GEMM variant, attention variant); bf16 mode stores the decode matrices as bf16
 VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32"), "bf16": ("tf32x3", "tf32x3f")}
 MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
-HEAD_ARGMAX = True  # at batch 1 the decode LM head GEMV takes the argmax itself (version 21); False: argmax_rows_f32
-SCREEN_HEAD = True  # greedy steps at batch 1 that need no logits take the argmax through the LM head's
-                    # int8 screen (cuda_linear.lm_head_screened; version 28); False: the full head
-FUSED_AUTO_MIN_D = 1600  # fused_decode="auto": only gpt2-xl with bf16 weights is faster fused (version 17)
-
-
-def fused_auto(n_embd: int, precision: str = "fp32") -> bool:
-    """fused_decode="auto": whether a decode step runs decode_layers, for every batch alike.
-    Measured on the H200 (docs/PERFORMANCE.md, versions 15 and 17; tok/s, fused vs five kernels):
-    gpt2 (128 steps) fp32 1 token 3,318 vs 3,391 before the GEMVs' LayerNorm went per warp (3,637
-    after), 2 tokens 5,943 vs 6,301, 8 tokens 14,316 vs 20,759; bf16 3,639 / 6,193 / 16,456 vs
-    4,123 / 7,427 / 21,135. gpt2-medium (48 steps) fp32 1 token 1,453 vs 1,505, 8 tokens 6,018 vs
-    7,978; gpt2-large 1 token 720 vs 810. gpt2-xl, 1 token: version 15 fp32 437 vs 408, bf16 594
-    vs 545; version 17 (the five kernels' weights now loaded before each wait) fp32 437 vs 469,
-    bf16 595 vs 569. So only bf16 weights at gpt2-xl's width (at 8 tokens its activations do not
-    fit the fused kernel)."""
-    return n_embd >= FUSED_AUTO_MIN_D and precision == "bf16"
 
 
 class BlockWorkspace:
@@ -194,12 +172,13 @@ class CudaRunner(Runner):
         self.programmatic = programmatic  # decode kernels with programmatic dependent launch (sm_90+)
         if fused_decode not in (True, False, "auto"):
             raise ValueError(f"fused_decode must be True, False or 'auto'; got {fused_decode!r}")
-        self.fused_decode = fused_decode  # decode batches that fit run all blocks in decode_layers_*
+        self.fused_decode = fused_decode  # decode_path's layers: True wherever it fits, False never, "auto" the table
         self._fused = None  # cuda_decode.DecodeLayers, built at the first fused step
         if cluster_decode not in (True, False):
             raise ValueError(f"cluster_decode must be True or False; got {cluster_decode!r}")
-        self.cluster_decode = cluster_decode  # batch-1 steps that fit run all blocks in decode_cluster
-        self._cluster = None  # cuda_cluster.DecodeClusters, built at the first batch-1 step
+        self.cluster_decode = cluster_decode  # decode_path's cluster: False never
+        self.cc = int(cp.cuda.Device().compute_capability)  # e.g. 90
+        self._paths: dict = {}  # (batch, logits, flags) -> DecodePath        self._cluster = None  # cuda_cluster.DecodeClusters, built at the first batch-1 step
         self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
         self._fwd = None  # forward_device's graphs (_ForwardGraphs), made at its first call
         self._screen = None  # cuda_linear.ScreenTable of wte_dec, made at the first screened step
@@ -319,14 +298,15 @@ class CudaRunner(Runner):
         # a plain launch (cuda_ops.embedding): the step's kernels after it find every earlier step
         # finished, which attention_decode_f32 relies on (it reads lengths and older keys early)
         cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:b])
-        if self._cluster_fits(b):
+        path = self._path(b, logits)
+        if path.blocks == "cluster":
             self._cluster.launch(self.x[:1], cache.kv, d_seq, d_pos, d_len)
-            self._decode_head(cache, b, step, host_out, logits)
+            self._decode_head(cache, b, step, path, host_out)
             return
-        if self._fused_fits(b):
+        if path.blocks == "layers":
             ws = self.ws
             self._fused.launch(self.x[:b], ws.qkv[:b], ws.att[:b], ws.f[:b], cache.kv, d_seq, d_pos, d_len)
-            self._decode_head(cache, b, step, host_out, logits)
+            self._decode_head(cache, b, step, path, host_out)
             return
         for layer, w in enumerate(self.block_views):
             k_cache, v_cache = cache.kv[0, layer, 0], cache.kv[0, layer, 1]
@@ -336,21 +316,20 @@ class CudaRunner(Runner):
             attend = lambda qkv, out: cuda_attention.attention_decode(  # noqa: E731
                 qkv, k_cache, v_cache, d_len, out, n_head=c.n_head, q_stride=3 * c.n_embd,
                 cache_batch_stride=cache.batch_stride, max_len=c.n_positions)
-            if b <= cuda_linear.GEMV_MAX_M:
+            if path.blocks == "gemv":
                 kv = (d_seq, d_pos, k_cache, v_cache, cache.batch_stride)
                 self._decode_block_gemv(w, self.dec_mats[layer], b, attend, kv)
             else:
                 run_block(w, self.x, self.ws, b, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                           attend=attend, after_qkv=store, planes=self._planes(layer))
-        self._decode_head(cache, b, step, host_out, logits)
+        self._decode_head(cache, b, step, path, host_out)
 
     def _planes(self, layer: int):
         return None if self.planes is None else self.planes[layer]
 
-    def _decode_head(self, cache: "CudaCache", b: int, step, host_out=None, logits: bool = True) -> None:
-        """ln_f, the LM head and the argmax of a decode step (logits False: the argmax alone, through
-        the screen where SCREEN_HEAD and the head's shape allow it)."""
-        if not logits and self._screened(b):
+    def _decode_head(self, cache: "CudaCache", b: int, step, path, host_out=None) -> None:
+        """ln_f, the LM head and the argmax of a decode step, as ``path.head`` says (decode_path)."""
+        if path.head == "screen":
             if self._screen is None:  # made by _decode_chained before the step's kernels, never in between
                 raise RuntimeError("the LM head's screen was not prepared before the step (_screen_prepare)")
             c = self.config
@@ -358,15 +337,11 @@ class CudaRunner(Runner):
                                          (self.ln_f_g, self.ln_f_b, c.layer_norm_epsilon),
                                          (self._argmax[:1], step, host_out))
             return
-        if b == 1 and HEAD_ARGMAX:  # the one-token LM head GEMV takes the argmax itself
+        if path.head == "gemv_argmax":  # the one-token LM head GEMV takes the argmax itself
             self._head(0, b, decode_out=cache.logits, argmax=(self._argmax[:b], step, host_out))
             return
         logits = self._head(0, b, decode_out=cache.logits)
         cuda_ops.argmax_rows(logits, self._argmax[:b], advance=step, host_out=host_out)
-
-    def _screened(self, b: int) -> bool:
-        """Whether a step of b rows that needs no logits takes its argmax through the screen."""
-        return b == 1 and HEAD_ARGMAX and SCREEN_HEAD and cuda_linear.screen_fits(*self.wte_dec.shape)
 
     def _screen_prepare(self) -> None:
         """The screen's table (once per runner) and workspaces on the runner's stream: outside any capture."""
@@ -374,24 +349,27 @@ class CudaRunner(Runner):
         if self._screen is None:
             self._screen = cuda_linear.screen_table(self.wte_dec, self.stream)
 
-    def _cluster_fits(self, b: int) -> bool:
-        """Whether this step runs its blocks in the one decode_cluster kernel (batch 1, bf16 weights,
-        gpt2's width, a Hopper GPU that holds every cluster at once). The first call that may use it
-        packs its weights (allocations and kernels): _decode_device and _decode_chained ask before they
+    def _path(self, b: int, logits: bool = True) -> "cuda_decode_paths.DecodePath":
+        """The path of a decode step of b rows (cuda_decode_paths.decode_path with the runner's flags),
+        worked out once per (b, logits, flags). Asking may build the cluster or layers kernel's state (its
+        packed weights: allocations and kernels): _decode_device and _decode_chained ask before they
         capture a step."""
-        if b != 1 or not self.cluster_decode:
-            return False
-        if self._cluster is None:
-            self._cluster = cuda_cluster.DecodeClusters(self.block_views, self.dec_mats, self.config)
-        return self._cluster.fits()
+        key = (b, logits, self.cluster_decode, self.fused_decode)
+        path = self._paths.get(key)
+        if path is None:
+            c = self.config
+            path = self._paths[key] = cuda_decode_paths.decode_path(
+                b, c.n_embd, self.precision, self.cc, logits=logits, vocab=c.vocab_size,
+                cluster=self.cluster_decode, layers=self.fused_decode, runs=lambda kind: self._runs(kind, b))
+        return path
 
-    def _fused_fits(self, b: int) -> bool:
-        """Whether this step runs its blocks in the one decode_layers kernel."""
-        fused = self.fused_decode
-        if fused == "auto":
-            fused = fused_auto(self.config.n_embd, self.precision)
-        if not fused:
-            return False
+    def _runs(self, kind: str, b: int) -> bool:
+        """Whether the "cluster" or "layers" kernel runs this model at batch b on this device (its shared
+        memory, co-resident clusters); the first ask makes its state."""
+        if kind == "cluster":
+            if self._cluster is None:
+                self._cluster = cuda_cluster.DecodeClusters(self.block_views, self.dec_mats, self.config)
+            return self._cluster.fits()
         if self._fused is None:
             self._fused = cuda_decode.DecodeLayers(self.block_views, self.dec_mats, self.config)
         return self._fused.plan(b) is not None
@@ -435,7 +413,7 @@ class CudaRunner(Runner):
         self.stream.synchronize()  # the previous step's copies have used the pinned buffers
         cache.step_host[:] = [tokens, np.arange(b), pos, pos + 1]  # ids, seq, pos, lengths
         with self.stream:
-            self._cluster_fits(b)  # the cluster kernel's packed weights, made before any capture
+            self._path(b)  # the path's kernel state (packed weights), made before any capture
             if cache.graph is not None:
                 cache.graph.launch(self.stream)
             elif self.use_graphs and cache.warm:
@@ -468,8 +446,8 @@ class CudaRunner(Runner):
         argmax_ring[slot] (mapped host memory: no copy after the kernels), then an event."""
         ring = cache.argmax_ring[slot]
         with self.stream:
-            self._cluster_fits(cache.batch)  # the cluster kernel's packed weights, made before any capture
-            if self._screened(cache.batch) and cache.graph_chain[slot] is None:
+            path = self._path(cache.batch, logits=False)  # its kernel state, made before any capture
+            if path.head == "screen" and cache.graph_chain[slot] is None:
                 # the module build, the table and workspaces (allocations, a kernel): before the step's kernels,
                 # so never under a capture, and finished before the screen reads the table ahead of its pdl_wait
                 self._screen_prepare()

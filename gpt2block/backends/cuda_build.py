@@ -223,6 +223,12 @@ def lm_screen(n: int, k: int, bf16: bool, j: int | None = None) -> tuple:
         ("LM_SCREEN_MIN_BLOCKS", LM_SCREEN_MIN_BLOCKS))
 
 
+def lm_screen_fits(n: int, k: int) -> bool:
+    """Whether lm_screen.cu takes an LM head of N rows of width K (K a multiple of 8 up to LM_SCREEN_MAX_K,
+    N K below 2^31)."""
+    return 0 < k <= LM_SCREEN_MAX_K and k % 8 == 0 and 0 < n < 2**31 // max(k, 1)
+
+
 def lm_screen_rows(j: int) -> int:
     """Table rows a warp of the screen takes at once in a build of J (LM_SCREEN_ROWS_J in the kernel)."""
     return LM_SCREEN_ROWS if j <= 4 else LM_SCREEN_ROWS_WIDE

@@ -713,7 +713,7 @@ class ScreenTable:
 
 def screen_fits(n: int, k: int) -> bool:
     """Whether lm_head_screened takes a head of N rows of width K."""
-    return 0 < k <= SCREEN_MAX_K and k % 8 == 0 and 0 < n < 2**31 // max(k, 1)
+    return build.lm_screen_fits(n, k)
 
 
 def _screen_unfit(shape) -> str:

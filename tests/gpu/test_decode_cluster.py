@@ -37,7 +37,7 @@ def _runner(weights, precision="bf16", cluster=True, graphs=True):
 def _require_cluster(runner):
     """The runner's batch-1 steps must run the cluster kernel on a Hopper GPU (compute capability 9.0, the
     kernel's sm_90a build); on any other GPU the test is skipped."""
-    if runner._cluster_fits(1):
+    if runner._path(1).blocks == "cluster":
         return
     import cupy
 
@@ -61,7 +61,7 @@ def test_cluster_step_matches_fp64(length):
     _require_cluster(ours_runner)
     ours = _decode_once(ours_runner, seq[:-1], seq[-1])
     peer_runner = _runner(w, cluster=False)
-    assert not peer_runner._cluster_fits(1)
+    assert peer_runner._path(1).blocks != "cluster"
     peer = _decode_once(peer_runner, seq[:-1], seq[-1])
     judge = make_runner(w, "numpy", "fp64").forward(seq)[-1]
     assert np.isfinite(ours).all()
@@ -123,9 +123,9 @@ def test_cluster_runs_only_where_built(d, precision, batch, want):
     r = _runner(_weights(d, n_layer=1), precision)
     if want:
         _require_cluster(r)
-    assert r._cluster_fits(batch) == want
+    assert (r._path(batch).blocks == "cluster") == want
     r.cluster_decode = False
-    assert not r._cluster_fits(batch)
+    assert r._path(batch).blocks != "cluster"
 
 
 @pytest.mark.parametrize("length, pos", [(0, 5), (-3, 5), (1025, 5), (1 << 30, 5), (6, 1024), (6, -1)])

@@ -44,7 +44,7 @@ def test_fused_step_matches_fp64(d, lengths):
     seqs = [rng.integers(0, VOCAB, n) for n in lengths]  # row r: lengths[r] tokens, the last decoded
     prompts, last = [s[:-1] for s in seqs], np.array([s[-1] for s in seqs])
     fused = _runner(w)
-    assert fused._fused_fits(len(lengths)), "this case should run the fused kernel"
+    assert fused._path(len(lengths)).blocks == "layers", "this case should run the fused kernel"
     ours = _decode_once(fused, prompts, last)
     peer = _decode_once(_runner(w, fused=False), prompts, last)
     judge_runner = make_runner(w, "numpy", "fp64")
@@ -103,7 +103,7 @@ def test_batch_too_large_for_shared_memory_falls_back():
     step runs the five-kernel path and still agrees with the reference."""
     w = _weights(1600, n_layer=1)
     r = _runner(w)
-    assert r._fused_fits(4) and not r._fused_fits(8)
+    assert r._path(4).blocks == "layers" and r._path(8).blocks != "layers"
     rng = np.random.default_rng()
     prompts = [rng.integers(0, VOCAB, 5) for _ in range(8)]
     last = rng.integers(0, VOCAB, 8)
@@ -124,14 +124,12 @@ def test_batch_too_large_for_shared_memory_falls_back():
     (1600, "bf16", {1: True, 2: True}),
 ])
 def test_auto_picks_the_fused_step_where_it_measured_faster(d, precision, want):
-    """fused_decode="auto" (the default) by width and weight precision, as cuda.fused_auto states
-    from the measured rates (docs/PERFORMANCE.md, versions 15 and 17): bf16 weights at d = 1600;
-    there a batch of 8 does not fit one SM's shared memory and runs five kernels whatever the choice."""
-    from gpt2block.backends.cuda import fused_auto
-
+    """fused_decode="auto" (the default) by width and weight precision, as the decode-path table states
+    from the measured rates (cuda_decode_paths; docs/PERFORMANCE.md, versions 15 and 17): bf16 weights at
+    d = 1600; there a batch of 8 does not fit one SM's shared memory and runs five kernels whatever the
+    choice."""
     r = _runner(_weights(d, n_layer=1), precision, fused="auto")
-    got = {b: r._fused_fits(b) for b in want}
+    got = {b: r._path(b).blocks == "layers" for b in want}
     assert got == want
-    assert fused_auto(d, precision) == (d >= 1600 and precision == "bf16")
     if d >= 1600 and precision == "bf16":
-        assert not r._fused_fits(8), "a batch of 8 at d = 1600 should not fit the fused kernel"
+        assert r._path(8).blocks != "layers", "a batch of 8 at d = 1600 should not fit the fused kernel"
