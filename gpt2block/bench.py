@@ -249,8 +249,8 @@ def bench_layernorm(torch, reps, rows=8192, d=768, sets=4):
     before it to finish before it reads; layernorm.cu), and also plainly (``ours_plain_*``). Also kept:
     one call timed between CUDA events behind a spin kernel (version 1-8's figure), and as a Python
     caller sees it."""
-    from gpt2block.backends import cuda_ops
-    from gpt2block.backends.cuda_modules import programmatic_launches
+    from gpt2block.backends.cuda import ops as cuda_ops
+    from gpt2block.backends.cuda.modules import programmatic_launches
 
     xs, ys, g, b, xc, yc, gc, bc = layernorm_sets(torch, rows, d, sets)
     err = 0.0

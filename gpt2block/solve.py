@@ -118,6 +118,6 @@ def solve(x, output, weights, seq_len: int, precision: str = "fp32") -> None:
         output.reshape(seq_len, D_SOLVE)[...] = out
         return
 
-    from .backends.cuda import solve_device
+    from .backends.cuda.solve import solve_device
 
     solve_device(x, output, weights, seq_len, precision, ptrs=(x0, o0, w0))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""GPU check of kernels/attention.cu through gpt2block.backends.cuda_attention: accuracy, then speed.
+"""GPU check of kernels/attention.cu through gpt2block.backends.cuda.attention: accuracy, then speed.
 
 Accuracy: every prefill variant (f32, tf32x3f, tf32; the last two on attention_wgmma.cu where the GPU
 has wgmma and, as "@mma", on attention.cu's mma.sync kernels) on causal and non-causal cases (S from 1 to
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cupy as cp  # noqa: E402
 
-from gpt2block.backends import cuda_attention as ca  # noqa: E402
+from gpt2block.backends.cuda import attention as ca  # noqa: E402
 
 EPS32 = float(np.finfo(np.float32).eps)
 TF32_LIMIT = 1e-2  # 1-pass TF32: max abs error at scale 1 (|out| ~ 1); indexing bugs give O(1) errors

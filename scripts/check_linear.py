@@ -31,8 +31,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpt2block.backends import cuda_linear as L  # noqa: E402
-from gpt2block.backends.cuda_modules import sm_count  # noqa: E402
+from gpt2block.backends.cuda import linear as L  # noqa: E402
+from gpt2block.backends.cuda.modules import sm_count  # noqa: E402
 
 WIDTHS = (768, 1024, 1280, 1600)
 # GEMM rows: the engine's linear() sends M <= GEMV_MAX_M (8) to the GEMV, so the GEMM's

@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpt2block.backends import cuda_linear as L  # noqa: E402
+from gpt2block.backends.cuda import linear as L  # noqa: E402
 
 SHAPES = {"qkv": (768, 2304, "bias"), "proj": (768, 768, "bias_residual"), "fc": (768, 3072, "bias_gelu"),
           "mlp": (3072, 768, "bias_residual"), "lm_head": (768, 50257, "nt"), "xl_fc": (1600, 6400, "bias_gelu"),

@@ -64,7 +64,7 @@ if __name__ == "__main__":
                     help="an extra #define of decode_layers.cu (an A/B switch of the fused kernel); may repeat")
     a = ap.parse_args()
     if a.define:
-        from gpt2block.backends import cuda_decode
+        from gpt2block.backends.cuda import decode_layers as cuda_decode
 
         cuda_decode.DEFINES = tuple((d.split("=", 1)[0], d.split("=", 1)[1] if "=" in d else 1) for d in a.define)
     w = ModelWeights.random(SIZES[a.size], seed=0)

@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT))
 import cupy as cp  # noqa: E402
 import torch  # noqa: E402
 
-from gpt2block.backends import cuda_ops  # noqa: E402
-from gpt2block.backends.cuda_modules import sm_count  # noqa: E402
+from gpt2block.backends.cuda import ops as cuda_ops  # noqa: E402
+from gpt2block.backends.cuda.modules import sm_count  # noqa: E402
 from gpt2block.bench import _burst_median, layernorm_sets, measure_ceilings  # noqa: E402
 
 SRC = r'''

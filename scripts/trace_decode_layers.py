@@ -28,7 +28,9 @@ PHASES = ("QKV", "ATT", "PROJ", "FC", "PROJ2")
 def main() -> int:
     import cupy as cp
 
-    from gpt2block.backends import cuda_decode, cuda_modules
+    from gpt2block.backends.cuda import decode_layers as cuda_decode
+
+    from gpt2block.backends.cuda import modules as cuda_modules
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("size", nargs="?", default="gpt2", choices=sorted(SIZES))

@@ -38,7 +38,9 @@ sys.path.insert(0, str(ROOT))
 
 import cupy as cp  # noqa: E402
 
-from gpt2block.backends import cuda_modules, make_runner  # noqa: E402
+from gpt2block.backends import make_runner  # noqa: E402
+
+from gpt2block.backends.cuda import modules as cuda_modules  # noqa: E402
 from gpt2block.config import SIZES  # noqa: E402
 from gpt2block.weights import ModelWeights  # noqa: E402
 
@@ -210,7 +212,7 @@ def main():
                     help="an extra #define of the nt GEMVs (cuda_linear.NT_DEFINES, an A/B switch); may repeat")
     a = ap.parse_args()
     if a.define:
-        from gpt2block.backends import cuda_linear
+        from gpt2block.backends.cuda import linear as cuda_linear
 
         cuda_linear.NT_DEFINES = tuple((d.split("=", 1)[0], int(d.split("=", 1)[1])) for d in a.define)
     cuda_modules.read_source = stamped_source  # before any kernel is built

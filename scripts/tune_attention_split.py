@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import cupy as cp  # noqa: E402
 import torch  # noqa: E402
 
-from gpt2block.backends import cuda_attention as A  # noqa: E402
+from gpt2block.backends.cuda import attention as A  # noqa: E402
 from gpt2block.bench import _device_median  # noqa: E402
 
 

@@ -23,7 +23,9 @@ sys.path.insert(0, str(HERE))
 
 from profile_decode import graph_step_us  # noqa: E402
 
-from gpt2block.backends import cuda_linear, make_runner  # noqa: E402
+from gpt2block.backends import make_runner  # noqa: E402
+
+from gpt2block.backends.cuda import linear as cuda_linear  # noqa: E402
 from gpt2block.config import SIZES  # noqa: E402
 from gpt2block.weights import ModelWeights  # noqa: E402
 

@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import cupy as cp  # noqa: E402
 import torch  # noqa: E402
 
-from gpt2block.backends import cuda_ops  # noqa: E402
-from gpt2block.backends.cuda_modules import sm_count  # noqa: E402
+from gpt2block.backends.cuda import ops as cuda_ops  # noqa: E402
+from gpt2block.backends.cuda.modules import sm_count  # noqa: E402
 from gpt2block.bench import _device_median, measure_ceilings  # noqa: E402
 
 def sweep_hints(rows: int, d: int, sets: int = 4) -> None:

@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gpt2block  # noqa: E402
 from gpt2block import bench  # noqa: E402
-from gpt2block.backends import cuda, cuda_linear  # noqa: E402
+from gpt2block.backends.cuda import solve as cuda  # noqa: E402
+from gpt2block.backends.cuda import linear as cuda_linear  # noqa: E402
 from gpt2block.layout import block_layout  # noqa: E402
 
 

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 import gpt2block  # noqa: E402
-from gpt2block.backends import cuda  # noqa: E402
-from gpt2block.backends import cuda_linear as L  # noqa: E402
+from gpt2block.backends.cuda import solve as cuda  # noqa: E402
+from gpt2block.backends.cuda import linear as L  # noqa: E402
 from gpt2block.layout import block_layout  # noqa: E402
 from profile_prefill import profile  # noqa: E402
 

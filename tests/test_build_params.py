@@ -1,6 +1,6 @@
-"""cuda_build owns every kernel build parameter: a kernel refuses to build without each one it needs
+"""cuda.build owns every kernel build parameter: a kernel refuses to build without each one it needs
 (``#ifndef NAME`` / ``#error``), never defines one itself, and every module builds (nvcc, where on PATH)
-with exactly the defines cuda_build gives it. Read as text and plain Python: CI has no CuPy."""
+with exactly the defines cuda.build gives it. Read as text and plain Python: CI has no CuPy."""
 
 import re
 import shutil
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from gpt2block.backends import cuda_build as build
+from gpt2block.backends.cuda import build
 from gpt2block.kernel_source import ARCH_SPECIFIC, kernels_dir
 
 NVCC = shutil.which("nvcc")
@@ -43,7 +43,7 @@ def _owned() -> set:
 
 def test_every_module_has_builds():
     sources = {p.stem for p in kernels_dir().glob("*.cu")}
-    assert sources == set(build.MODULES), "cuda_build.MODULES must list every kernels/*.cu"
+    assert sources == set(build.MODULES), "cuda.build.MODULES must list every kernels/*.cu"
     for name, builds in build.MODULES.items():
         assert builds, name
 
@@ -56,7 +56,7 @@ def test_the_kernels_require_what_build_owns():
             names = [k for k, _ in b]
             assert len(names) == len(set(names)), f"{name}: a define given twice in {b}"
             missing = need - set(names)
-            assert not missing, f"kernels/{name}.cu needs {sorted(missing)}; cuda_build gives {names}"
+            assert not missing, f"kernels/{name}.cu needs {sorted(missing)}; cuda.build gives {names}"
 
 
 def test_build_gives_only_what_the_kernels_require():
@@ -65,21 +65,21 @@ def test_build_gives_only_what_the_kernels_require():
         need = _required(f"{name}.cu")
         for b in builds:
             extra = {k for k, _ in b} - need
-            assert not extra, f"cuda_build gives kernels/{name}.cu {sorted(extra)}, which it does not require"
+            assert not extra, f"cuda.build gives kernels/{name}.cu {sorted(extra)}, which it does not require"
 
 
 def test_no_kernel_defines_an_owned_parameter():
     owned = _owned()
     for f in KERNEL_FILES:
         clash = set(_DEFINE.findall(_text(f))) & owned
-        assert not clash, f"kernels/{f} #defines {sorted(clash)}, which cuda_build owns"
+        assert not clash, f"kernels/{f} #defines {sorted(clash)}, which cuda.build owns"
 
 
 def test_required_names_are_owned():
     owned = _owned()
     for f in KERNEL_FILES:
         stray = set(_REQUIRED.findall(_text(f))) - owned
-        assert not stray, f"kernels/{f} requires {sorted(stray)}, which no cuda_build module gives"
+        assert not stray, f"kernels/{f} requires {sorted(stray)}, which no cuda.build module gives"
 
 
 def test_no_switch_defaults_left():
@@ -87,7 +87,7 @@ def test_no_switch_defaults_left():
     pair = re.compile(r"^\s*#\s*ifndef\s+(\w+)\s*\n\s*#\s*define\s+\1\b", re.M)
     for f in KERNEL_FILES:
         if f in ("layernorm.cu", "decode_layers.cu"):
-            continue  # not yet routed through cuda_build
+            continue  # not yet routed through cuda.build
         got = [n for n in pair.findall(_text(f)) if not n.endswith("_CUH")]
         assert not got, f"kernels/{f} keeps defaults for {got}"
 

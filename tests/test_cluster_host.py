@@ -1,4 +1,4 @@
-"""The cluster decode kernel's host side without a GPU (gpt2block/backends/cuda_cluster.py): CuPy, the
+"""The cluster decode kernel's host side without a GPU (gpt2block/backends/cuda/decode_paths.py): CuPy, the
 kernel build and the driver's cluster count are stood in for (NumPy arrays, a recording launch), so
 that what DecodeClusters decides and passes can be checked: it packs the weights only where the kernel
 runs (compute capability 9.0, enough shared memory, every cluster resident), and its launch passes the
@@ -11,14 +11,16 @@ import types
 import numpy as np
 import pytest
 
-from gpt2block.backends import cuda_cluster, cuda_launch
+from gpt2block.backends.cuda import decode_paths
+
+from gpt2block.backends.cuda import driver
 from gpt2block.config import GPT2Config
 from gpt2block.kernel_source import kernels_dir
 from gpt2block.layout import block_layout
 
 
 class _Array(np.ndarray):
-    """A NumPy array with CuPy's ``.data.ptr`` (what cuda_launch.pack_args reads of a device array)."""
+    """A NumPy array with CuPy's ``.data.ptr`` (what driver.pack_args reads of a device array)."""
 
     @property
     def data(self):
@@ -42,13 +44,13 @@ def host(monkeypatch):
     """Installs the stand-ins; returns (set_device(capability, smem, clusters), launches)."""
     launches = []
     state = {"clusters": 15}
-    modules = types.ModuleType("gpt2block.backends.cuda_modules")
+    modules = types.ModuleType("gpt2block.backends.cuda.modules")
     modules.kernel = lambda name, fn, defines=(): types.SimpleNamespace(
         name=fn, kernel=types.SimpleNamespace(ptr=1), max_dynamic_shared_size_bytes=0)
     modules.launch = lambda k, grid, block, args, smem, stream=None, programmatic=False: launches.append(
         (k.name, grid, block, args, smem, programmatic))
-    monkeypatch.setitem(sys.modules, "gpt2block.backends.cuda_modules", modules)
-    monkeypatch.setattr(cuda_launch, "max_active_clusters", lambda *a: state["clusters"])
+    monkeypatch.setitem(sys.modules, "gpt2block.backends.cuda.modules", modules)
+    monkeypatch.setattr(driver, "max_active_clusters", lambda *a: state["clusters"])
 
     def set_device(capability="90", smem=232448, clusters=15):
         monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(capability, smem))
@@ -78,11 +80,11 @@ def _model(d=768, n_layer=2, bf16=True):
 def test_packs_only_where_the_kernel_runs(host, device, shape, want):
     set_device, _ = host
     set_device(**device)
-    dc = cuda_cluster.DecodeClusters(*_model(**shape))
+    dc = decode_paths.DecodeClusters(*_model(**shape))
     assert dc.fits() == want
     assert hasattr(dc, "wpk") == want, "the packed copy (170 MB at gpt2) must be made exactly where it is used"
     if want:
-        assert dc.wpk.shape == (2, 12, cuda_cluster.CLUSTER, cuda_cluster.block_share(768))
+        assert dc.wpk.shape == (2, 12, decode_paths.CLUSTER, decode_paths.block_share(768))
         assert dc.vecs.shape == (2, 6, 768) and dc.bqf.shape == (2, 7 * 768)
 
 
@@ -100,14 +102,14 @@ def _kernel_params():
 def test_launch_passes_the_kernels_parameters(host):
     _, launches = host
     views, mats, c = _model()
-    dc = cuda_cluster.DecodeClusters(views, mats, c)
+    dc = decode_paths.DecodeClusters(views, mats, c)
     x = np.zeros((1, 768), np.float32).view(_Array)
     kv = np.zeros((1, 2, 2, c.n_positions, 768), np.float32).view(_Array)
     ints = [np.zeros(1, np.int32).view(_Array) for _ in range(3)]
     dc.launch(x, kv, *ints)
     (name, grid, block, args, smem, programmatic), = launches
     assert (name, grid, block, smem, programmatic) == ("decode_cluster_bf16", (96, 1, 1), (256, 1, 1),
-                                                       cuda_cluster.smem_bytes(), True)
+                                                       decode_paths.smem_bytes(), True)
     want = {"ptr": None, "int": np.int32, "long long": np.int64, "float": np.float32}
     params = _kernel_params()
     assert len(args) == len(params) == 16
@@ -116,13 +118,13 @@ def test_launch_passes_the_kernels_parameters(host):
             assert hasattr(a, "data"), f"argument {i} should be a device array"
         else:
             assert isinstance(a, want[kind]), f"argument {i} should be {kind}, got {type(a).__name__}"
-    cuda_launch.pack_args(args)  # every argument is one the driver launch takes
+    driver.pack_args(args)  # every argument is one the driver launch takes
 
 
 @pytest.mark.parametrize("bad", ["x_shape", "x_dtype", "kv_shape", "kv_dtype", "pos_dtype", "len_shape"])
 def test_launch_refuses_bad_arguments(host, bad):
     views, mats, c = _model()
-    dc = cuda_cluster.DecodeClusters(views, mats, c)
+    dc = decode_paths.DecodeClusters(views, mats, c)
     x = np.zeros((2, 768) if bad == "x_shape" else (1, 768), np.float64 if bad == "x_dtype" else np.float32)
     kv = np.zeros((1, 2, 2, c.n_positions, 512 if bad == "kv_shape" else 768),
                   np.float16 if bad == "kv_dtype" else np.float32)
@@ -137,7 +139,7 @@ def test_launch_refuses_where_the_kernel_does_not_run(host):
     set_device, launches = host
     set_device(capability="89")
     views, mats, c = _model()
-    dc = cuda_cluster.DecodeClusters(views, mats, c)
+    dc = decode_paths.DecodeClusters(views, mats, c)
     with pytest.raises(ValueError, match="does not run"):
         dc.launch(None, None, None, None, None)
     assert not launches

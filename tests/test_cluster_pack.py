@@ -1,5 +1,5 @@
 """The cluster decode kernel's weight order and partition, without a GPU (kernels/decode_cluster.cu,
-gpt2block/backends/cuda_cluster.py): every block's share of a layer holds the rows and columns the kernel's
+gpt2block/backends/cuda/decode_paths.py): every block's share of a layer holds the rows and columns the kernel's
 header says it does; one decode step of a layer formed from the packed shares block by block and cluster
 by cluster (the projections' partials summed in cluster order) agrees with the reference block (its
 attention as one softmax: the kernel's split softmax is tested on the GPU, tests/gpu/test_decode_cluster.py);
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gpt2block.backends import numpy_ref
-from gpt2block.backends.cuda_cluster import (CLUSTER, GROUPS, PART, THREADS, WIDTH, block_share, pack_matrices,
+from gpt2block.backends.cuda.decode_paths import (CLUSTER, GROUPS, PART, THREADS, WIDTH, block_share, pack_matrices,
                                              smem_bytes)
 from gpt2block.config import HEAD_DIM
 from gpt2block.kernel_source import kernels_dir
@@ -101,11 +101,11 @@ def test_a_step_split_as_the_kernel_splits_it_matches_the_reference(length):
 
 def _kernel_defines() -> dict:
     """decode_cluster.cu's object-like #defines, evaluated (integers; HEAD_DIM from common.cuh, the build
-    parameters from cuda_build), so that the host's sizes are checked against the kernel's own arithmetic."""
-    from gpt2block.backends import cuda_build
+    parameters from cuda.build), so that the host's sizes are checked against the kernel's own arithmetic."""
+    from gpt2block.backends.cuda import build
 
     text = (kernels_dir() / "decode_cluster.cu").read_text()
-    env = {"HEAD_DIM": HEAD_DIM, **dict(cuda_build.decode_cluster())}
+    env = {"HEAD_DIM": HEAD_DIM, **dict(build.decode_cluster())}
     for name, expr in re.findall(r"^#define (DC_[A-Z0-9_]+)[ \t]+(.+)$", text, re.M):
         expr = expr.split("//")[0].strip()
         if not re.fullmatch(r"[\w\s()+\-*/]+", expr):

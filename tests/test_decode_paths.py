@@ -1,10 +1,10 @@
-"""The decode-path table (backends/cuda_decode_paths.decode_path) without a GPU: every row and every
+"""The decode-path table (backends/cuda/decode_paths.decode_path) without a GPU: every row and every
 boundary of its conditions, the runner's flags, and the device check asked only for a row it takes."""
 
 import pytest
 
-from gpt2block.backends import cuda_build
-from gpt2block.backends.cuda_decode_paths import BLOCKS, HEADS, DecodePath, decode_path
+from gpt2block.backends.cuda import build
+from gpt2block.backends.cuda.decode_paths import BLOCKS, HEADS, DecodePath, decode_path
 
 
 def _blocks(batch, d=768, precision="bf16", cc=90, **kw):
@@ -26,7 +26,7 @@ def test_cluster_row():
     assert _blocks(1, precision="fp32") == "gemv"
     assert _blocks(1, precision="tf32") == "gemv"
     assert _blocks(1, d=1024) == "gemv"
-    assert _blocks(1, d=cuda_build.DC_D) == "cluster"
+    assert _blocks(1, d=build.DC_D) == "cluster"
     assert _blocks(1, cc=89) == "gemv" and _blocks(1, cc=100) == "gemv"  # sm_90a only
     assert _blocks(1, runs=lambda kind: kind != "cluster") == "gemv"  # clusters not all resident
     assert _blocks(1, cluster=False) == "gemv"
@@ -52,8 +52,8 @@ def test_layers_row():
 
 def test_gemv_and_gemm_rows():
     for precision in ("fp32", "tf32", "bf16"):
-        assert _blocks(cuda_build.GEMV_MAX_M, precision=precision) == "gemv"
-        assert _blocks(cuda_build.GEMV_MAX_M + 1, precision=precision) == "gemm"
+        assert _blocks(build.GEMV_MAX_M, precision=precision) == "gemv"
+        assert _blocks(build.GEMV_MAX_M + 1, precision=precision) == "gemm"
     assert _blocks(64, cc=80) == "gemm"
 
 

@@ -14,8 +14,8 @@ import json, sys
 from unittest import mock
 sys.modules["cupy"] = mock.MagicMock()
 sys.path.insert(0, sys.argv[1])
-from gpt2block.backends import cuda_linear as L
-from gpt2block.backends import cuda_build as B
+from gpt2block.backends.cuda import linear as L
+from gpt2block.backends.cuda import build as B
 """  # CuPy stubbed out: the plans and builds are host arithmetic
 
 _SNIPPET = _HEAD + r"""

@@ -37,7 +37,7 @@ def test_layout_header_is_generated_from_layout_py():
 def _defines(name: str) -> list:
     """The first of the product's builds of kernels/<name> (cuda_build.MODULES; test_build_params builds
     every one of them for sm_90a)."""
-    from gpt2block.backends.cuda_build import MODULES
+    from gpt2block.backends.cuda.build import MODULES
 
     return [f"-D{k}={v}" for k, v in MODULES[name.removesuffix(".cu")][0]]
 

@@ -51,7 +51,7 @@ def test_prefill_split_keys_agree_and_repeat(cp, variant, causal, impl):
     """The split-key kernels at any chunk (1 = one key tile per block, up to 16 splits) agree with the
     plain kernel (chunk 0) to rounding and repeat bit for bit (the combine runs in split order);
     impl "auto" is attention_wgmma.cu's kernel on a wgmma GPU, "mma" attention.cu's."""
-    from gpt2block.backends import cuda_attention as ca
+    from gpt2block.backends.cuda import attention as ca
 
     s, d = 1023, 768
     qkv = cp.asarray(np.random.default_rng(5).standard_normal((s, 3 * d)).astype(np.float32))
@@ -80,8 +80,8 @@ def test_prefill_split_keys_agree_and_repeat(cp, variant, causal, impl):
 def test_prefill_wgmma_is_the_default_on_hopper(cp):
     """On a compute capability 9.0 GPU impl="auto" runs attention_wgmma.cu (its planes scratch is
     made), "wgmma" is accepted for the tensor-core variants and refused, with a message, for f32."""
-    from gpt2block.backends import cuda_attention as ca
-    from gpt2block.backends.cuda_linear import wgmma_available
+    from gpt2block.backends.cuda import attention as ca
+    from gpt2block.backends.cuda.linear import wgmma_available
 
     if not wgmma_available():
         pytest.skip("no wgmma on this GPU")
@@ -120,7 +120,7 @@ def test_decode_any_cluster_size(chk, torch_cuda, monkeypatch, ranks):
     """Blocks per (row, head) 1 (one block, every chunk of 64 keys a round of its online softmax,
     as on pre-Hopper devices), 2, 4 and 8 (clusters): rows around the chunk and round edges, fresh
     random data, each within the float64 judge's limit."""
-    from gpt2block.backends import cuda_attention as ca
+    from gpt2block.backends.cuda import attention as ca
 
     if ranks > 1 and int(ca.cp.cuda.Device().compute_capability) < 90:
         pytest.skip("clusters need sm_90: before it the kernel runs one block per (row, head)")
@@ -134,7 +134,7 @@ def test_decode_any_cluster_size(chk, torch_cuda, monkeypatch, ranks):
 
 def test_decode_ranks_by_batch(cp):
     """gpt2's 12 heads: 8 blocks per (row, head) at batch 1, 4 at batch 8 (H200, 132 SMs), 1 at 512."""
-    from gpt2block.backends import cuda_attention as ca
+    from gpt2block.backends.cuda import attention as ca
 
     if int(cp.cuda.Device().compute_capability) < 90:
         assert ca.decode_ranks(1, 12) == 1
@@ -195,7 +195,7 @@ def _prefill_args(cp, s=8, d=128):
     (lambda a, kw: ((a[0], a[1], a[2], a[0]), kw), "out"),
 ])
 def test_prefill_rejects_bad_arguments(cp, change, word):
-    from gpt2block.backends.cuda_attention import attention_prefill
+    from gpt2block.backends.cuda.attention import attention_prefill
 
     args, kw = change(*_prefill_args(cp))
     with pytest.raises((ValueError, TypeError), match=word):
@@ -203,7 +203,7 @@ def test_prefill_rejects_bad_arguments(cp, change, word):
 
 
 def test_prefill_rejects_overlapping_output(cp):
-    from gpt2block.backends.cuda_attention import attention_prefill
+    from gpt2block.backends.cuda.attention import attention_prefill
 
     _, kw = _prefill_args(cp)
     big = cp.zeros(8 * 384 + 8 * 128, cp.float32)
@@ -214,7 +214,7 @@ def test_prefill_rejects_overlapping_output(cp):
 
 
 def test_decode_rejects_bad_arguments(cp):
-    from gpt2block.backends.cuda_attention import attention_decode
+    from gpt2block.backends.cuda.attention import attention_decode
 
     d = 128
     q = cp.zeros((2, 3 * d), cp.float32)

@@ -7,7 +7,7 @@ import numpy as np
 
 def test_first_build_is_reported_once(tmp_path, monkeypatch):
     from gpt2block import kernel_source
-    from gpt2block.backends import cuda_modules
+    from gpt2block.backends.cuda import modules as cuda_modules
 
     seen = []
     monkeypatch.setattr(cuda_modules, "_cache_folder", lambda: str(tmp_path))

@@ -451,7 +451,7 @@ def test_lm_head_argmax(checks, wdtype, d, n, nan_row):
     import cupy as cp
     import numpy as np
 
-    from gpt2block.backends import cuda_ops
+    from gpt2block.backends.cuda import ops as cuda_ops
 
     L = checks.L
     m = 1

@@ -1,4 +1,4 @@
-"""The greedy LM head through its int8 screen (kernels/lm_screen.cu via cuda_linear.lm_head_screened)
+"""The greedy LM head through its int8 screen (kernels/lm_screen.cu via backends/cuda/lm_head.lm_head_screened)
 against the full head (gemv_*_nt_ln_m1 with its argmax): the same winner on every width, with ties,
 near-ties by the hundred, NaN and infinite logits; every row's interval holds the full head's logit;
 the intervals match gpt2block.screen.bounds (the float64 model the CPU tests check)."""
@@ -11,8 +11,9 @@ import pytest
 cp = pytest.importorskip("cupy")
 
 from gpt2block import screen  # noqa: E402
-from gpt2block.backends import cuda_linear as L  # noqa: E402
-from gpt2block.backends import cuda_ops  # noqa: E402
+from gpt2block.backends.cuda import lm_head as H  # noqa: E402
+from gpt2block.backends.cuda import linear as L  # noqa: E402
+from gpt2block.backends.cuda import ops as cuda_ops  # noqa: E402
 
 
 def _case(rng, d, n, kind):
@@ -57,16 +58,16 @@ def test_screened_head_equals_full_head(wdtype, d, n, kind):
         w = L.to_bf16_bits(w)
     ln = (g, b, 1e-5)
     logits, want = _full_head(x, w, ln)
-    table = L.screen_table(w)
+    table = H.screen_table(w)
     step_host = np.array([[-1], [3], [7], [8]], np.int32)
     for rep in range(2):  # twice: the ticket went back to 0, the workspace is reused
         ids = cp.full(1, -1, cp.int32)
         step = cp.asarray(step_host)
         mapped = cuda_ops.MappedInts(1)
         mapped.array[:] = -1
-        ub_ws = L._screen_workspace(n, d, L._screen_grids(n, d)[0], None)[0]
+        ub_ws = H._screen_workspace(n, d, H._screen_grids(n, d)[0], None)[0]
         ub_ws.fill(cp.nan)  # poisoned: pass 1 writes every row
-        L.lm_head_screened(x, table, w, ln, (ids, step, mapped))
+        H.lm_head_screened(x, table, w, ln, (ids, step, mapped))
         cp.cuda.get_current_stream().synchronize()
         assert int(ids[0]) == int(want[0]), f"seed {seed}: screened {int(ids[0])}, full head {int(want[0])}"
         assert mapped.array[0] == int(want[0])
@@ -76,7 +77,7 @@ def test_screened_head_equals_full_head(wdtype, d, n, kind):
     if kind == "nan_x":
         assert int(want[0]) == 0
     # every finite logit of the full head lies in its row's interval; lb_part holds the largest lb
-    ub, lb_part, h = L._screen_workspace(n, d, L._screen_grids(n, d)[0], None)
+    ub, lb_part, h = H._screen_workspace(n, d, H._screen_grids(n, d)[0], None)
     lg = cp.asnumpy(logits[0])
     u = cp.asnumpy(ub)
     assert not np.isnan(u).any()
@@ -123,7 +124,7 @@ def test_screened_head_at_the_edge_of_underflow(wdtype, case):
     ln = (g, b, 1e-5)
     _, want = _full_head(x, w, ln)
     ids = cp.full(1, -1, cp.int32)
-    L.lm_head_screened(x, L.screen_table(w), w, ln, (ids, None, None))
+    H.lm_head_screened(x, H.screen_table(w), w, ln, (ids, None, None))
     assert int(ids[0]) == int(want[0]), f"{case}: screened {int(ids[0])}, full head {int(want[0])}"
 
 
@@ -137,8 +138,8 @@ def test_screened_head_h_out_is_the_full_heads_layernorm():
     w = cp.eye(d, dtype=cp.float32)
     logits = cp.empty((1, n), cp.float32)
     L.gemv_nt(x, w, logits, ln=(g, b, 1e-5))
-    L.lm_head_screened(x, L.screen_table(w), w, (g, b, 1e-5), (cp.zeros(1, cp.int32), None, None))
-    h = L._screen_workspace(n, d, L._screen_grids(n, d)[0], None)[2]
+    H.lm_head_screened(x, H.screen_table(w), w, (g, b, 1e-5), (cp.zeros(1, cp.int32), None, None))
+    h = H._screen_workspace(n, d, H._screen_grids(n, d)[0], None)[2]
     assert cp.array_equal(h.view(cp.uint32), logits[0].view(cp.uint32))
 
 
@@ -177,7 +178,7 @@ def test_screen_table_is_numpys_bit_for_bit(wdtype, k, n):
         p = cp.empty(shape, dt)
         p.view(cp.uint8).fill(0xFF)  # q = -1, rowp NaN
         del p
-    t = L.screen_table(wd)
+    t = H.screen_table(wd)
     got_q, got_rowp = cp.asnumpy(t.q), cp.asnumpy(t.rowp)
     differ = (got_q != want_q).any(axis=1) | (got_rowp.view(np.uint32) != want_rowp.view(np.uint32)).any(axis=1)
     bad = np.nonzero(differ)[0]
@@ -193,13 +194,13 @@ def test_screened_head_with_a_wider_build():
     ln = (g, b, 1e-5)
     _, want = _full_head(x, w, ln)
     ids = cp.full(1, -1, cp.int32)
-    table = L.screen_table(w, j=8)
-    L.lm_head_screened(x, table, w, ln, (ids, None, None))
+    table = H.screen_table(w, j=8)
+    H.lm_head_screened(x, table, w, ln, (ids, None, None))
     assert int(ids[0]) == int(want[0])
     with pytest.raises(ValueError, match="LM_SCREEN_J = 2 takes K up to 512"):
-        L.lm_head_screened(x, dataclasses.replace(table, j=2), w, ln, (ids, None, None))
+        H.lm_head_screened(x, dataclasses.replace(table, j=2), w, ln, (ids, None, None))
     with pytest.raises(ValueError, match="LM_SCREEN_J = 2 takes K up to 512"):
-        L.screen_table(w, j=2)
+        H.screen_table(w, j=2)
 
 
 @pytest.mark.parametrize("wdtype", ["f32", "bf16"])
@@ -228,11 +229,11 @@ def test_screened_head_on_tiny_and_subnormal_rows(wdtype, h_scale):
         wd = L.to_bf16_bits(wd)
     ln = (g, b, 1e-5)
     logits, want = _full_head(x, wd, ln)
-    table = L.screen_table(wd)
+    table = H.screen_table(wd)
     ids = cp.full(1, -1, cp.int32)
-    L.lm_head_screened(x, table, wd, ln, (ids, None, None))
+    H.lm_head_screened(x, table, wd, ln, (ids, None, None))
     assert int(ids[0]) == int(want[0]), f"seed {seed}: screened {int(ids[0])}, full head {int(want[0])}"
-    ub, lb_part, h = L._screen_workspace(n, k, L._screen_grids(n, k)[0], None)
+    ub, lb_part, h = H._screen_workspace(n, k, H._screen_grids(n, k)[0], None)
     lg = cp.asnumpy(logits[0])
     assert (cp.asnumpy(ub) >= lg).all(), f"seed {seed}: a logit above its ub"
     ref_ub, ref_lb = screen.bounds(cp.asnumpy(h), cp.asnumpy(table.q), cp.asnumpy(table.rowp))
@@ -244,18 +245,18 @@ def test_screened_head_bad_arguments():
     w = cp.zeros((100, 64), cp.float32)
     ln = (cp.ones(64, cp.float32), cp.zeros(64, cp.float32), 1e-5)
     ids = cp.zeros(1, cp.int32)
-    t = L.screen_table(w)
+    t = H.screen_table(w)
     with pytest.raises(ValueError, match="one token"):
-        L.lm_head_screened(cp.zeros((2, 64), cp.float32), t, w, ln, (ids, None, None))
+        H.lm_head_screened(cp.zeros((2, 64), cp.float32), t, w, ln, (ids, None, None))
     with pytest.raises(ValueError, match="table must be screen_table"):
-        L.lm_head_screened(x, L.screen_table(cp.zeros((100, 64), cp.float32)), w, ln, (ids, None, None))
+        H.lm_head_screened(x, H.screen_table(cp.zeros((100, 64), cp.float32)), w, ln, (ids, None, None))
     with pytest.raises(ValueError, match="argmax = "):
-        L.lm_head_screened(x, t, w, ln, None)
+        H.lm_head_screened(x, t, w, ln, None)
     with pytest.raises(ValueError, match="K a multiple of 8"):
-        L.screen_table(cp.zeros((10, 12), cp.float32))
+        H.screen_table(cp.zeros((10, 12), cp.float32))
     with pytest.raises(ValueError, match="K a multiple of 8"):
-        L.screen_table(cp.zeros((10, 4096), cp.float32))
+        H.screen_table(cp.zeros((10, 4096), cp.float32))
     with pytest.raises(ValueError, match="argmax ids must be"):
-        L.lm_head_screened(x, t, w, ln, (cp.zeros(3, cp.int32), None, None))
+        H.lm_head_screened(x, t, w, ln, (cp.zeros(3, cp.int32), None, None))
     with pytest.raises(ValueError, match="w must have 32 columns"):
-        L.lm_head_screened(cp.zeros((1, 32), cp.float32), t, w, ln, (ids, None, None))
+        H.lm_head_screened(cp.zeros((1, 32), cp.float32), t, w, ln, (ids, None, None))

@@ -128,7 +128,7 @@ def test_greedy_argmax_on_device(hf_models, batch, precision):
 def test_layernorm_kernel(cp, torch_cuda, rows, d, blocks):
     """Against float64, within twice torch's error; blocks 1 and 7: each warp takes many rows
     (the next one loaded while the current one is stored), odd and even counts of them."""
-    from gpt2block.backends import cuda_ops
+    from gpt2block.backends.cuda import ops as cuda_ops
 
     torch = torch_cuda
     rng = np.random.default_rng()
@@ -159,8 +159,8 @@ def test_layernorm_schedules_give_the_same_bits(cp, d, rows, blocks):
     or more) and one (LN_DEPTH 2) run the same arithmetic on every row: bit-equal outputs, with 1 to 7
     rows a warp (the loop's exits after each of its three buffers), and at the benchmark's shape with
     the default grid (None: LN_BLOCKS_PER_SM per SM)."""
-    from gpt2block.backends import cuda_ops
-    from gpt2block.backends.cuda_modules import kernel, launch, sm_count
+    from gpt2block.backends.cuda import ops as cuda_ops
+    from gpt2block.backends.cuda.modules import kernel, launch, sm_count
 
     seed = int(np.random.default_rng().integers(2**31))
     print(f"seed {seed}")
@@ -187,8 +187,8 @@ def test_layernorm_programmatic_chain_waits_for_each_call(cp, rows, d):
     chain of programmatic launches (y1 = LN(x), y2 = LN(y1), y1 = LN(y2), y2 = LN(y2) in place) gives
     the bits of the same chain launched plainly, each output poisoned with NaN before: a call that read
     its input before the call ahead had finished would see NaN. Five times, on its own stream."""
-    from gpt2block.backends import cuda_ops
-    from gpt2block.backends.cuda_modules import programmatic_launches
+    from gpt2block.backends.cuda import ops as cuda_ops
+    from gpt2block.backends.cuda.modules import programmatic_launches
 
     seed = int(np.random.default_rng().integers(2**31))
     print(f"seed {seed}")
@@ -219,7 +219,7 @@ def test_layernorm_programmatic_chain_waits_for_each_call(cp, rows, d):
 
 
 def test_layernorm_rejects_a_grid_beyond_its_rows(cp):
-    from gpt2block.backends import cuda_ops
+    from gpt2block.backends.cuda import ops as cuda_ops
 
     x = cp.zeros((9, 768), cp.float32)
     g = cp.ones(768, cp.float32)
@@ -228,7 +228,7 @@ def test_layernorm_rejects_a_grid_beyond_its_rows(cp):
 
 
 def test_embedding_and_argmax_kernels(cp):
-    from gpt2block.backends import cuda_ops
+    from gpt2block.backends.cuda import ops as cuda_ops
 
     rng = np.random.default_rng()
     wte = rng.normal(0, 1, (1000, 768)).astype(np.float32)
@@ -251,7 +251,7 @@ def test_embedding_and_argmax_kernels(cp):
 def test_argmax_chunks(cp, v):
     """argmax_rows splits a row over ceil(V / ARGMAX_CHUNK) blocks: the winner in any chunk,
     ties across chunks, -inf and NaN rows, more rows than one launch's workspace held."""
-    from gpt2block.backends import cuda_ops
+    from gpt2block.backends.cuda import ops as cuda_ops
 
     rng = np.random.default_rng()
     rows = 9
@@ -273,7 +273,7 @@ def test_argmax_chunks(cp, v):
 def test_programmatic_launch_changes_no_bit(hf_models, precision):
     """Decode with programmatic dependent launch (the default) against plain launches, graphs on
     and off: the same kernels in the same order, so the logits must agree bit for bit."""
-    from gpt2block.backends import cuda_launch
+    from gpt2block.backends.cuda import driver as cuda_launch
 
     path, _ = hf_models[768]
     weights = load_weights(path)
@@ -345,7 +345,7 @@ def test_decode_graph_survives_other_work(hf_models):
 
 def test_argmax_advances_a_decode_steps_ints(cp):
     """argmax_rows(advance=step): ids become the argmax, pos and lengths move on by one, seq stays."""
-    from gpt2block.backends import cuda_ops
+    from gpt2block.backends.cuda import ops as cuda_ops
 
     rng = np.random.default_rng()
     logits = rng.normal(0, 1, (3, 50257)).astype(np.float32)
@@ -363,7 +363,7 @@ def test_argmax_advances_a_decode_steps_ints(cp):
 def test_argmax_writes_mapped_host_memory(cp):
     """argmax_rows(host_out=MappedInts): the host sees every row's argmax once the stream is done,
     with no copy; a host_out of the wrong size or kind is refused."""
-    from gpt2block.backends import cuda_ops
+    from gpt2block.backends.cuda import ops as cuda_ops
 
     rng = np.random.default_rng()
     for rows in (1, 3, 8):

@@ -97,11 +97,11 @@ def test_solve_repeats_bit_for_bit_eager_captured_replayed(torch_cuda, cp, preci
 
 @pytest.mark.parametrize("precision", ["fp32", "tf32"])
 def test_solve_planes_schedules_give_the_same_bits(torch_cuda, cp, precision, monkeypatch):
-    """Where the weight planes are made (cuda.SOLVE_PLANES_SCHEDULE) moves only independent work:
+    """Where the weight planes are made (cuda.solve.SOLVE_PLANES_SCHEDULE) moves only independent work:
     every schedule, eager and replayed, gives the default's bits, and a replay after the weights
     change in place gives the new weights' bits (its planes are remade). (A GEMM that did not wait
     for its planes would mostly still pass: the planes are usually done in time.)"""
-    from gpt2block.backends import cuda
+    from gpt2block.backends.cuda import solve as cuda_solve
 
     torch = torch_cuda
     s, x, w = _case(torch, 1024, True, seed=12)
@@ -116,8 +116,8 @@ def test_solve_planes_schedules_give_the_same_bits(torch_cuda, cp, precision, mo
         want[key] = out.clone()
     assert torch.isfinite(want["a"]).all() and not torch.equal(want["a"], want["b"])
     try:
-        for sched in cuda.SOLVE_PLANES_SCHEDULES:
-            monkeypatch.setattr(cuda, "SOLVE_PLANES_SCHEDULE", sched)
+        for sched in cuda_solve.SOLVE_PLANES_SCHEDULES:
+            monkeypatch.setattr(cuda_solve, "SOLVE_PLANES_SCHEDULE", sched)
             buf = w.clone()
             for i in range(3):  # eager, captured, replayed; the weights change in place before the last
                 if i == 2:
@@ -126,11 +126,11 @@ def test_solve_planes_schedules_give_the_same_bits(torch_cuda, cp, precision, mo
                 gpt2block.solve(x, out, buf, s, precision=precision)
                 torch.cuda.synchronize()
                 assert torch.equal(out, want["b" if i == 2 else "a"]), (sched, i)
-        monkeypatch.setattr(cuda, "SOLVE_PLANES_SCHEDULE", "ln_first")
+        monkeypatch.setattr(cuda_solve, "SOLVE_PLANES_SCHEDULE", "ln_first")
         with pytest.raises(ValueError, match="SOLVE_PLANES_SCHEDULE"):
             gpt2block.solve(x, out, w, s, precision=precision)
     finally:
-        cuda._solve_graphs.clear()
+        cuda_solve._solve_graphs.clear()
 
 
 def test_solve_rejects_bad_device_arguments(torch_cuda, cp):
@@ -162,7 +162,7 @@ def test_solve_rejects_bad_device_arguments(torch_cuda, cp):
 @pytest.mark.parametrize("precision", ["fp32", "tf32"])
 @pytest.mark.parametrize("seq_len", [2, 100])
 def test_solve_repeated_calls_see_new_contents(torch_cuda, precision, seq_len):
-    """The same buffers four times (eager, captured, replayed twice: backends/cuda._SolveGraphs),
+    """The same buffers four times (eager, captured, replayed twice: backends/cuda/solve._SolveGraphs),
     x and the weights refilled in place before each call, output poisoned: every call's result is
     that call's block, and a longer call in between (a regrown workspace) changes nothing."""
     torch = torch_cuda
@@ -176,7 +176,7 @@ def test_solve_repeated_calls_see_new_contents(torch_cuda, precision, seq_len):
         out.fill_(float("nan"))
         gpt2block.solve(x, out, w, seq_len, precision=precision)
         if call == 1:  # a longer call in between regrows the solve workspace (longer than any so far)
-            from gpt2block.backends import cuda as cuda_backend
+            from gpt2block.backends.cuda import solve as cuda_backend
 
             rows = max([ws.rows for ws in cuda_backend._solve_ws.values()] + [seq_len]) + 64
             before = cuda_backend.solve_workspace(1, 768)

@@ -14,8 +14,8 @@ import time
 
 import cupy as cp
 
-from ..kernel_source import ARCH_SPECIFIC, BuildMarks, compile_progress, read_source
-from . import cuda_launch
+from ...kernel_source import ARCH_SPECIFIC, BuildMarks, compile_progress, read_source
+from . import driver
 
 NVRTC_OPTIONS = ("--std=c++17",)
 
@@ -101,7 +101,7 @@ _programmatic = False  # set by programmatic_launches()
 @contextlib.contextmanager
 def programmatic_launches(enabled: bool = True):
     """Within: launches marked ``programmatic=True`` use programmatic dependent launch
-    (cuda_launch) on devices of compute capability 9.0 and up; everything else as usual."""
+    (driver) on devices of compute capability 9.0 and up; everything else as usual."""
     global _programmatic
     before = _programmatic
     _programmatic = bool(enabled) and int(cp.cuda.Device().compute_capability) >= 90
@@ -135,6 +135,6 @@ def launch(k: cp.RawKernel, grid, block, args, shared_mem: int = 0, stream=None,
     block = tuple(int(b) for b in block)
     if programmatic and _programmatic:
         s = stream if stream is not None else cp.cuda.get_current_stream()
-        cuda_launch.launch_programmatic(k.kernel.ptr, k.name, grid, block, args, shared_mem, s.ptr)
+        driver.launch_programmatic(k.kernel.ptr, k.name, grid, block, args, shared_mem, s.ptr)
     else:
         k(grid, block, args, shared_mem=shared_mem, stream=stream)

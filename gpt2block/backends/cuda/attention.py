@@ -24,10 +24,10 @@ import functools
 import cupy as cp
 import numpy as np
 
-from ..config import HEAD_DIM
-from . import cuda_build as build
-from .cuda_linear import wgmma_available
-from .cuda_modules import kernel, launch, sm_count
+from ...config import HEAD_DIM
+from . import build
+from .linear import wgmma_available
+from .modules import kernel, launch, sm_count
 
 TILE = 64  # query and key tile of the prefill kernels
 LDS = build.ATTN_LDS  # shared row stride (floats) of a tile
@@ -342,7 +342,7 @@ def attention_decode(q, k_cache, v_cache, lengths, out, *, n_head: int, q_stride
     max_len: a host bound on lengths (the cache span checked; the launch does not depend on it,
     so one captured graph serves every step). The keys go in chunks of 64 to decode_ranks(B, H)
     blocks per (row, head), a cluster on sm_90 combined through distributed shared memory.
-    Launched programmatically (inside cuda_modules.programmatic_launches), the kernel reads lengths
+    Launched programmatically (inside modules.programmatic_launches), the kernel reads lengths
     and the keys / values at positions below lengths[b] - 1 before its pdl_wait: no kernel that may
     still be running may write those (in a decode step, only the step's own position is written).
     """

@@ -3,12 +3,12 @@
 Weights are uploaded once: the packed blocks in one device allocation
 [n_layer, block_numel], plus wte, wpe and ln_f, for decode a transposed copy of each
 block matrix ([N, K]; bf16 in bf16 mode), and on compute capability 9.0 each matrix and wte as
-tf32 weight planes for the wgmma GEMM (cuda_linear.prepare_planes). A Runner owns a workspace sized once to n_ctx
+tf32 weight planes for the wgmma GEMM (linear.prepare_planes). A Runner owns a workspace sized once to n_ctx
 rows and reused by every call; a CudaCache owns the KV cache [batch, n_layer, 2, n_ctx, D].
 
 One block, the ten steps (the residual stream x is updated in place), prefill / solve:
     h = LN(x; g1, b1)                 layernorm_f32
-    qkv = h @ W_qkv + b_qkv           gemm (cuda_linear.linear: gemm_wgmma.cu on sm_90, else gemm.cu;
+    qkv = h @ W_qkv + b_qkv           gemm (linear.linear: gemm_wgmma.cu on sm_90, else gemm.cu;
                                       gemv for <= 8 rows)
     K, V -> cache                     kvcache_store_f32 (model); solve reads them from qkv
     a = attention(q, K, V)            attention_prefill_*
@@ -16,9 +16,9 @@ One block, the ten steps (the residual stream x is updated in place), prefill / 
     h = LN(x; g2, b2)                 layernorm_f32
     f = gelu(h @ W_fc + b_fc)         gemm epilogue bias_gelu
     x = x + f @ W_proj + b_proj       gemm epilogue bias_residual
-A decode step's path is chosen in one place, cuda_decode_paths.decode_path (a table, each row
-citing its measurement): its blocks in decode_cluster_bf16 (cuda_cluster: batch 1, bf16 weights,
-gpt2's width, one thread block cluster per head), in decode_layers_* (cuda_decode: every block in one
+A decode step's path is chosen in one place, decode_paths.decode_path (a table, each row
+citing its measurement): its blocks in decode_cluster_bf16 (decode_paths: batch 1, bf16 weights,
+gpt2's width, one thread block cluster per head), in decode_layers_* (decode_layers: every block in one
 persistent kernel; gpt2-xl with bf16 weights), by the GEMMs above (batches over GEMV_MAX_M), or else
 five kernels per block:
     qkv = LN(x) @ W_qkv + b; K, V -> cache   gemv_*_nt_ln_bias_kv
@@ -30,7 +30,7 @@ then ln_f + the LM head (gemv_*_nt_ln) and the argmax, which also moves the step
 next greedy step (ids = argmax, pos + 1): at batch 1 in the LM head itself (its last block to finish
 reduces the blocks' partials), else argmax_rows_f32. greedy_steps' chained steps at batch 1 need no
 logits: there the head is screened (an int8 copy of wte bounds every logit, and only the rows that may
-win are formed exactly; the same token, cuda_linear.lm_head_screened). The runner's flags
+win are formed exactly; the same token, lm_head.lm_head_screened). The runner's flags
 cluster_decode and fused_decode override the table (decode_path's cluster and layers). A step is one CUDA graph: the upload of its
 ints from pinned memory, the kernels (programmatic dependent launch on sm_90: each starts, and
 fetches its weights, while the one before finishes) and the download of the argmax into pinned
@@ -47,11 +47,11 @@ from typing import Optional, Sequence
 import cupy as cp
 import numpy as np
 
-from ..config import HEAD_DIM, GPT2Config
-from ..layout import block_layout
-from ..weights import ModelWeights
-from . import cuda_attention, cuda_cluster, cuda_decode, cuda_decode_paths, cuda_linear, cuda_modules, cuda_ops
-from .base import Cache, Runner, check_ids
+from ...config import GPT2Config
+from ...layout import block_layout
+from ...weights import ModelWeights
+from ..base import Cache, Runner, check_ids
+from . import attention, decode_layers, decode_paths, linear, lm_head, modules, ops
 
 # precision mode -> (GEMM variant, attention variant); bf16 mode stores the decode matrices as bf16
 VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32"), "bf16": ("tf32x3", "tf32x3f")}
@@ -84,23 +84,23 @@ def run_block(w, x, ws: BlockWorkspace, t: int, *, eps: float, gemm_variant: str
     def lin(a, name, bias, out, **kw):
         if planes_ready is not None:
             cp.cuda.get_current_stream().wait_event(planes_ready[name])
-        cuda_linear.linear(a, w[name], w[bias], out, variant=gemm_variant,
+        linear.linear(a, w[name], w[bias], out, variant=gemm_variant,
                            planes=None if planes is None else planes[name], **kw)
-    cuda_ops.layernorm(xin, w["ln1_g"], w["ln1_b"], h, eps)
+    ops.layernorm(xin, w["ln1_g"], w["ln1_b"], h, eps)
     lin(h, "w_qkv", "b_qkv", qkv)
     if after_qkv is not None:
         after_qkv(qkv)
     attend(qkv, att)
     lin(att, "w_attn", "b_attn", xt, epilogue="bias_residual", residual=xin)
-    cuda_ops.layernorm(xt, w["ln2_g"], w["ln2_b"], h, eps)
+    ops.layernorm(xt, w["ln2_g"], w["ln2_b"], h, eps)
     lin(h, "w_fc", "b_fc", f, epilogue="bias_gelu")
     lin(f, "w_proj", "b_proj", xt, epilogue="bias_residual", residual=xt)
 
 
 def prepare_block_planes(w, gemm_variant: str, out: dict | None = None) -> dict:
-    """The block's four matrices as wgmma weight planes ({name: cuda_linear.Planes}); ``out``: such
+    """The block's four matrices as wgmma weight planes ({name: linear.Planes}); ``out``: such
     a dict to refill (no allocation)."""
-    return {name: cuda_linear.prepare_planes(w[name], gemm_variant, out=None if out is None else out[name])
+    return {name: linear.prepare_planes(w[name], gemm_variant, out=None if out is None else out[name])
             for name in MATRICES}
 
 
@@ -120,7 +120,7 @@ class CudaCache(Cache):
         self.graph = None  # the captured decode step (CudaRunner.use_graphs)
         self.graph_chain = [None, None]  # the step's kernels alone, fed by the step before (greedy_steps),
         # one graph per slot of argmax_ring
-        self.argmax_ring = None  # 2 x cuda_ops.MappedInts(B): greedy_steps' argmax, alternating
+        self.argmax_ring = None  # 2 x ops.MappedInts(B): greedy_steps' argmax, alternating
         self.ring_events = None  # events after each step: [0], [1] for the ring's slots, [2] for argmax_host
 
 
@@ -135,8 +135,8 @@ class CudaRunner(Runner):
         self.precision = precision
         self.gemm_variant, self.attn_variant = VARIANTS[precision]
         self.config = c = weights.config
-        if c.n_embd > cuda_ops.LN_MAX_D:
-            raise ValueError(f"the cuda backend runs n_embd <= {cuda_ops.LN_MAX_D}; got {c.n_embd}")
+        if c.n_embd > ops.LN_MAX_D:
+            raise ValueError(f"the cuda backend runs n_embd <= {ops.LN_MAX_D}; got {c.n_embd}")
         lay = block_layout(c.n_embd)
         self.blocks = cp.asarray(weights.blocks)  # [n_layer, block_numel], one allocation
         self.block_views = [lay.views(self.blocks[i]) for i in range(c.n_layer)]
@@ -147,21 +147,21 @@ class CudaRunner(Runner):
         # weight row per output (kernels/gemv.cu, the nt kernels). bf16 mode stores these copies
         # as bf16 (half the bytes read per step); prefill and larger batches use the fp32 GEMMs.
         bf16 = precision == "bf16"
-        conv = cuda_linear.to_bf16_bits if bf16 else (lambda a: a)  # noqa: E731
+        conv = linear.to_bf16_bits if bf16 else (lambda a: a)  # noqa: E731
         self.dec_mats = [{k: conv(cp.ascontiguousarray(v.T)) for k, v in w.items() if k in MATRICES}
                          for w in self.block_views]
-        self.wte_dec = cuda_linear.to_bf16_bits(self.wte) if bf16 else self.wte  # [V, D] already
+        self.wte_dec = linear.to_bf16_bits(self.wte) if bf16 else self.wte  # [V, D] already
         # Prefill (and decode batches over GEMV_MAX_M) multiply on kernels/gemm_wgmma.cu where the
         # GPU has wgmma (compute capability 9.0): the matrices and wte prepared once as tf32 planes
         # ([planes, N, K rounded up to 32]: 2x the fp32 bytes for tf32x3). wgmma=False keeps gemm.cu's mma.sync.
         if wgmma not in (True, False, "auto"):
             raise ValueError(f"wgmma must be True, False or 'auto'; got {wgmma!r}")
-        if wgmma is True and not cuda_linear.wgmma_available():
+        if wgmma is True and not linear.wgmma_available():
             raise ValueError("wgmma=True needs a compute capability 9.0 GPU (H100 / H200)")
         self.planes, self.wte_planes = None, None
-        if wgmma and cuda_linear.wgmma_available():
+        if wgmma and linear.wgmma_available():
             self.planes = [prepare_block_planes(w, self.gemm_variant) for w in self.block_views]
-            self.wte_planes = cuda_linear.prepare_planes(self.wte, self.gemm_variant, transposed=True)
+            self.wte_planes = linear.prepare_planes(self.wte, self.gemm_variant, transposed=True)
         self.ws = BlockWorkspace(c.n_positions, c.n_embd)
         self.x = cp.empty((c.n_positions, c.n_embd), cp.float32)  # residual stream
         self.hf = cp.empty((c.n_positions, c.n_embd), cp.float32)  # ln_f output
@@ -173,15 +173,15 @@ class CudaRunner(Runner):
         if fused_decode not in (True, False, "auto"):
             raise ValueError(f"fused_decode must be True, False or 'auto'; got {fused_decode!r}")
         self.fused_decode = fused_decode  # decode_path's layers: True wherever it fits, False never, "auto" the table
-        self._fused = None  # cuda_decode.DecodeLayers, built at the first fused step
+        self._fused = None  # decode_layers.DecodeLayers, built at the first fused step
         if cluster_decode not in (True, False):
             raise ValueError(f"cluster_decode must be True or False; got {cluster_decode!r}")
         self.cluster_decode = cluster_decode  # decode_path's cluster: False never
         self.cc = int(cp.cuda.Device().compute_capability)  # e.g. 90
-        self._paths: dict = {}  # (batch, logits, flags) -> DecodePath        self._cluster = None  # cuda_cluster.DecodeClusters, built at the first batch-1 step
+        self._paths: dict = {}  # (batch, logits, flags) -> DecodePath        self._cluster = None  # decode_paths.DecodeClusters, built at the first batch-1 step
         self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
         self._fwd = None  # forward_device's graphs (_ForwardGraphs), made at its first call
-        self._screen = None  # cuda_linear.ScreenTable of wte_dec, made at the first screened step
+        self._screen = None  # lm_head.ScreenTable of wte_dec, made at the first screened step
 
     def new_cache(self, batch: int) -> CudaCache:
         return CudaCache(batch, self.config)
@@ -196,7 +196,7 @@ class CudaRunner(Runner):
     def _head(self, rows_from: int, rows_to: int, decode_out=None, out=None, argmax=None):
         """ln_f then the tied LM head on x[rows_from:rows_to] -> device logits [rows, V].
         Up to GEMV_MAX_M rows: one GEMV with ln_f fused, which for one row also takes its argmax
-        when ``argmax`` is given (cuda_linear.gemv_nt's). ``decode_out``: a decode step's
+        when ``argmax`` is given (linear.gemv_nt's). ``decode_out``: a decode step's
         logits buffer (read wte_dec, bf16 in bf16 mode); else ``out`` [rows, V] if given (the
         caller's own array), else the runner's regrowable buffer."""
         c = self.config
@@ -204,18 +204,18 @@ class CudaRunner(Runner):
         decode = decode_out is not None
         out = decode_out if decode else (self._logits_buf(n) if out is None else out)
         x = self.x[rows_from:rows_to]
-        if n <= cuda_linear.GEMV_MAX_M:
-            cuda_linear.gemv_nt(x, self.wte_dec if decode else self.wte, out,
+        if n <= linear.GEMV_MAX_M:
+            linear.gemv_nt(x, self.wte_dec if decode else self.wte, out,
                                 ln=(self.ln_f_g, self.ln_f_b, c.layer_norm_epsilon), argmax=argmax)
             return out
         if argmax is not None:
             raise ValueError(f"the LM head takes the argmax itself for one row only; got {n}")
         hf = self.hf[:n]
-        cuda_ops.layernorm(x, self.ln_f_g, self.ln_f_b, hf, c.layer_norm_epsilon)
+        ops.layernorm(x, self.ln_f_g, self.ln_f_b, hf, c.layer_norm_epsilon)
         if self.wte_planes is not None:
-            cuda_linear.gemm_planes(hf, self.wte_planes, None, out, epilogue=None)
+            linear.gemm_planes(hf, self.wte_planes, None, out, epilogue=None)
         else:
-            cuda_linear.gemm_nt(hf, self.wte, out, variant=self.gemm_variant)
+            linear.gemm_nt(hf, self.wte, out, variant=self.gemm_variant)
         return out
 
     def _step_ints(self, ids: np.ndarray, seq: np.ndarray, pos: np.ndarray):
@@ -275,13 +275,13 @@ class CudaRunner(Runner):
         """Embedding and every block of a prefill of t tokens at positions start.. of cache row
         ``row``, ids / rows / positions read from the device arrays d_ids, d_seq, d_pos [t]."""
         c = self.config
-        cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:t])
+        ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:t])
         for layer, w in enumerate(self.block_views):
             k_cache, v_cache = cache.kv[0, layer, 0], cache.kv[0, layer, 1]
-            store = lambda qkv: cuda_ops.kvcache_store(  # noqa: E731
+            store = lambda qkv: ops.kvcache_store(  # noqa: E731
                 qkv, d_seq, d_pos, k_cache, v_cache, cache.batch_stride)
             rk, rv = cache.kv[row, layer, 0], cache.kv[row, layer, 1]
-            attend = lambda qkv, out: cuda_attention.attention_prefill(  # noqa: E731
+            attend = lambda qkv, out: attention.attention_prefill(  # noqa: E731
                 qkv[:, :c.n_embd], rk, rv, out, n_head=c.n_head, s_q=t, s_kv=start + t, causal=True,
                 q_start=start, q_stride=3 * c.n_embd, kv_stride=c.n_embd, variant=self.attn_variant)
             run_block(w, self.x, self.ws, t, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
@@ -290,14 +290,14 @@ class CudaRunner(Runner):
     def _decode_kernels(self, cache: "CudaCache", step, host_out=None, logits: bool = True) -> None:
         """Every kernel of one decode step, reading ids / seq / pos / lengths from ``step`` [4, B]
         (device, fixed address) and writing logits and argmax to fixed buffers (the argmax also
-        to ``host_out``, cuda_ops.MappedInts, when given): capturable. ``logits`` False: the step
+        to ``host_out``, ops.MappedInts, when given): capturable. ``logits`` False: the step
         needs only the argmax (cache.logits may be left as it was; _decode_head)."""
         c = self.config
         b = cache.batch
         d_ids, d_seq, d_pos, d_len = step[0], step[1], step[2], step[3]
-        # a plain launch (cuda_ops.embedding): the step's kernels after it find every earlier step
+        # a plain launch (ops.embedding): the step's kernels after it find every earlier step
         # finished, which attention_decode_f32 relies on (it reads lengths and older keys early)
-        cuda_ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:b])
+        ops.embedding(d_ids, d_pos, self.wte, self.wpe, self.x[:b])
         path = self._path(b, logits)
         if path.blocks == "cluster":
             self._cluster.launch(self.x[:1], cache.kv, d_seq, d_pos, d_len)
@@ -310,10 +310,10 @@ class CudaRunner(Runner):
             return
         for layer, w in enumerate(self.block_views):
             k_cache, v_cache = cache.kv[0, layer, 0], cache.kv[0, layer, 1]
-            store = lambda qkv: cuda_ops.kvcache_store(  # noqa: E731
+            store = lambda qkv: ops.kvcache_store(  # noqa: E731
                 qkv, d_seq, d_pos, k_cache, v_cache, cache.batch_stride)
             # max_len = n_ctx: the bound on every step's lengths (the launch does not depend on it)
-            attend = lambda qkv, out: cuda_attention.attention_decode(  # noqa: E731
+            attend = lambda qkv, out: attention.attention_decode(  # noqa: E731
                 qkv, k_cache, v_cache, d_len, out, n_head=c.n_head, q_stride=3 * c.n_embd,
                 cache_batch_stride=cache.batch_stride, max_len=c.n_positions)
             if path.blocks == "gemv":
@@ -333,7 +333,7 @@ class CudaRunner(Runner):
             if self._screen is None:  # made by _decode_chained before the step's kernels, never in between
                 raise RuntimeError("the LM head's screen was not prepared before the step (_screen_prepare)")
             c = self.config
-            cuda_linear.lm_head_screened(self.x[:1], self._screen, self.wte_dec,
+            lm_head.lm_head_screened(self.x[:1], self._screen, self.wte_dec,
                                          (self.ln_f_g, self.ln_f_b, c.layer_norm_epsilon),
                                          (self._argmax[:1], step, host_out))
             return
@@ -341,16 +341,16 @@ class CudaRunner(Runner):
             self._head(0, b, decode_out=cache.logits, argmax=(self._argmax[:b], step, host_out))
             return
         logits = self._head(0, b, decode_out=cache.logits)
-        cuda_ops.argmax_rows(logits, self._argmax[:b], advance=step, host_out=host_out)
+        ops.argmax_rows(logits, self._argmax[:b], advance=step, host_out=host_out)
 
     def _screen_prepare(self) -> None:
         """The screen's table (once per runner) and workspaces on the runner's stream: outside any capture."""
-        cuda_linear.screen_prepare(self.wte_dec, self.stream)
+        lm_head.screen_prepare(self.wte_dec, self.stream)
         if self._screen is None:
-            self._screen = cuda_linear.screen_table(self.wte_dec, self.stream)
+            self._screen = lm_head.screen_table(self.wte_dec, self.stream)
 
-    def _path(self, b: int, logits: bool = True) -> "cuda_decode_paths.DecodePath":
-        """The path of a decode step of b rows (cuda_decode_paths.decode_path with the runner's flags),
+    def _path(self, b: int, logits: bool = True) -> "decode_paths.DecodePath":
+        """The path of a decode step of b rows (decode_paths.decode_path with the runner's flags),
         worked out once per (b, logits, flags). Asking may build the cluster or layers kernel's state (its
         packed weights: allocations and kernels): _decode_device and _decode_chained ask before they
         capture a step."""
@@ -358,7 +358,7 @@ class CudaRunner(Runner):
         path = self._paths.get(key)
         if path is None:
             c = self.config
-            path = self._paths[key] = cuda_decode_paths.decode_path(
+            path = self._paths[key] = decode_paths.decode_path(
                 b, c.n_embd, self.precision, self.cc, logits=logits, vocab=c.vocab_size,
                 cluster=self.cluster_decode, layers=self.fused_decode, runs=lambda kind: self._runs(kind, b))
         return path
@@ -368,10 +368,10 @@ class CudaRunner(Runner):
         memory, co-resident clusters); the first ask makes its state."""
         if kind == "cluster":
             if self._cluster is None:
-                self._cluster = cuda_cluster.DecodeClusters(self.block_views, self.dec_mats, self.config)
+                self._cluster = decode_paths.DecodeClusters(self.block_views, self.dec_mats, self.config)
             return self._cluster.fits()
         if self._fused is None:
-            self._fused = cuda_decode.DecodeLayers(self.block_views, self.dec_mats, self.config)
+            self._fused = decode_layers.DecodeLayers(self.block_views, self.dec_mats, self.config)
         return self._fused.plan(b) is not None
 
     def _decode_block_gemv(self, w, mats, b: int, attend, kv) -> None:
@@ -381,7 +381,7 @@ class CudaRunner(Runner):
         eps = self.config.layer_norm_epsilon
         x, ws = self.x[:b], self.ws
         qkv, att, f = ws.qkv[:b], ws.att[:b], ws.f[:b]
-        gemv_nt = cuda_linear.gemv_nt
+        gemv_nt = linear.gemv_nt
         gemv_nt(x, mats["w_qkv"], qkv, bias=w["b_qkv"], epilogue="bias", ln=(w["ln1_g"], w["ln1_b"], eps), kv=kv)
         attend(qkv, att)
         gemv_nt(att, mats["w_attn"], x, bias=w["b_attn"], epilogue="bias_residual", residual=x)
@@ -436,7 +436,7 @@ class CudaRunner(Runner):
         rt = cp.cuda.runtime
         rt.memcpyAsync(cache.step.data.ptr, cache.step_host.ctypes.data, cache.step_host.nbytes,
                        rt.memcpyHostToDevice, s)
-        with cuda_modules.programmatic_launches(self.programmatic):
+        with modules.programmatic_launches(self.programmatic):
             self._decode_kernels(cache, cache.step)
         rt.memcpyAsync(cache.argmax_host.ctypes.data, self._argmax.data.ptr, 4 * b, rt.memcpyDeviceToHost, s)
 
@@ -455,14 +455,14 @@ class CudaRunner(Runner):
                 self.stream.synchronize()  # once per slot: capture starts on an idle stream
                 self.stream.begin_capture()
                 try:
-                    with cuda_modules.programmatic_launches(self.programmatic):
+                    with modules.programmatic_launches(self.programmatic):
                         self._decode_kernels(cache, cache.step, host_out=ring, logits=False)
                 finally:
                     cache.graph_chain[slot] = self.stream.end_capture()
             if cache.graph_chain[slot] is not None:
                 cache.graph_chain[slot].launch(self.stream)
             else:
-                with cuda_modules.programmatic_launches(self.programmatic):
+                with modules.programmatic_launches(self.programmatic):
                     self._decode_kernels(cache, cache.step, host_out=ring, logits=False)
             cache.ring_events[slot].record(self.stream)
         cache.pos += 1
@@ -472,7 +472,7 @@ class CudaRunner(Runner):
         is waited for. Step 0 is decode_greedy's (fed by ``tokens``, argmax in argmax_host)."""
         n_ctx = cache.n_ctx
         if cache.argmax_ring is None:
-            cache.argmax_ring = [cuda_ops.MappedInts(cache.batch) for _ in range(2)]
+            cache.argmax_ring = [ops.MappedInts(cache.batch) for _ in range(2)]
             cache.ring_events = [cp.cuda.Event(disable_timing=True) for _ in range(3)]  # [2]: step 0
         self._decode_device(cache, tokens)
         cache.ring_events[2].record(self.stream)
@@ -514,17 +514,6 @@ def _pinned(shape: tuple, dtype) -> np.ndarray:
     n = int(np.prod(shape))
     mem = cp.cuda.alloc_pinned_memory(n * dtype.itemsize)
     return np.frombuffer(mem, dtype, n).reshape(shape)
-
-
-# -- solve(): one non-causal block on the user's device buffers ------------------
-
-_solve_ws: dict[tuple, BlockWorkspace] = {}  # (device, d) -> the solve() workspace
-SOLVE_VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32")}
-SOLVE_GRAPHS_MAX = 16  # captured solve calls kept per device (least recently used dropped)
-SOLVE_SEEN_MAX = 4096  # keys remembered as run once (forgotten all at once beyond this)
-SOLVE_PLANES_SCHEDULES = ("side_first", "main_first", "start")
-SOLVE_PLANES_SCHEDULE = "side_first"  # where solve() makes its weight planes (see solve_device's body);
-                                      # "start" and "main_first" kept for A/B runs
 
 
 class _ForwardGraphs:
@@ -577,190 +566,3 @@ class _ForwardGraphs:
                 self.seen.add(t)
             r._head(0, t, out=out)
         return out
-
-
-class _SolveGraphs:
-    """One device's solve() calls as CUDA graphs, keyed on the buffers' addresses, seq_len and
-    precision: a key's first call runs eagerly (compiling kernels, sizing workspaces), its second is
-    captured, later ones replay it, so a call costs one graph launch instead of a dozen Python
-    launches. A graph reads x and the weights at replay, so new contents at the same addresses are
-    picked up (the weight planes are remade inside it from this call's weights). Everything runs
-    on one private stream (the planes on a second one forked from it and joined back), ordered after
-    the caller's current stream and before its later work (events both ways); so the calls of a
-    device run one after another, and they share one set of weight planes per (variant, d),
-    allocated outside any capture."""
-
-    def __init__(self):
-        self.stream = cp.cuda.Stream(non_blocking=True)  # on the device current at construction
-        self.events = tuple(cp.cuda.Event(disable_timing=True) for _ in range(2))  # (ready, done)
-        # the weight planes are made on a second stream, forked from self.stream (SOLVE_PLANES_SCHEDULE:
-        # W_qkv's at the call's start, beside the first LayerNorm; the other three once the QKV GEMM
-        # is queued, beside attention): each matrix's GEMM waits only for its own planes (in a
-        # graph: parallel branches)
-        self.side = cp.cuda.Stream(non_blocking=True)
-        self.fork = cp.cuda.Event(disable_timing=True)
-        self.fork2 = cp.cuda.Event(disable_timing=True)
-        self.planes_ready = {name: cp.cuda.Event(disable_timing=True) for name in MATRICES}
-        self.graphs: "dict[tuple, tuple]" = {}  # key -> (graph, workspace), least recently used first
-        self.seen: set = set()  # keys that ran eagerly once
-        self.planes: dict = {}  # (variant, d) -> {name: cuda_linear.Planes}
-
-    def block_planes(self, w, variant: str, d: int) -> dict:
-        """The device's planes for (variant, d), made at the first call (outside any capture)."""
-        got = self.planes.get((variant, d))
-        if got is None:
-            got = self.planes[(variant, d)] = prepare_block_planes(w, variant)
-        return got
-
-    def _enter(self):
-        caller = cp.cuda.get_current_stream()
-        self.events[0].record(caller)
-        self.stream.wait_event(self.events[0])
-        return caller
-
-    def _leave(self, caller) -> None:
-        self.events[1].record(self.stream)
-        caller.wait_event(self.events[1])
-
-    def replay(self, key, ws: BlockWorkspace) -> bool:
-        """Launch key's graph if it has one for this workspace (the fast path of a repeated call:
-        nothing else is needed); False if not."""
-        got = self.graphs.get(key)
-        if got is None or got[1] is not ws:
-            return False
-        self.graphs[key] = self.graphs.pop(key)  # now the most recently used
-        caller = self._enter()
-        try:
-            got[0].launch(self.stream)
-        finally:
-            self._leave(caller)
-        return True
-
-    def run(self, key, ws: BlockWorkspace, body) -> None:
-        """body() queues the call's kernels on the current stream (no allocation if run before)."""
-        caller = self._enter()
-        try:
-            with self.stream:
-                got = self.graphs.pop(key, None)
-                if got is not None and got[1] is not ws:  # the workspace was regrown since the capture
-                    got = None
-                if got is None and key in self.seen:
-                    self.stream.synchronize()
-                    self.stream.begin_capture()
-                    try:
-                        body()
-                    except BaseException:
-                        self.seen.discard(key)  # run eagerly next time
-                        raise
-                    finally:
-                        graph = self.stream.end_capture()
-                    got = (graph, ws)
-                if got is not None:
-                    got[0].launch(self.stream)
-                    self.graphs[key] = got
-                    while len(self.graphs) > SOLVE_GRAPHS_MAX:
-                        self.graphs.pop(next(iter(self.graphs)))
-                else:
-                    body()
-                    if len(self.seen) >= SOLVE_SEEN_MAX:
-                        self.seen.clear()
-                    self.seen.add(key)
-        finally:
-            self._leave(caller)
-
-
-_solve_graphs: dict[int, _SolveGraphs] = {}  # device -> its graphs
-
-
-def _solve_key_tail(seq_len: int, precision: str) -> tuple:
-    """The end of a solve graph's key: what else its kernels depend on (A/B switches included)."""
-    return seq_len, precision, SOLVE_PLANES_SCHEDULE, cuda_linear.PLANES_N
-
-
-def solve_workspace(rows: int, d: int) -> BlockWorkspace:
-    """The current device's solve() workspace: allocated at the first call and regrown only for a
-    longer seq_len (a graph captured on the old one keeps it alive until it is dropped)."""
-    key = (cp.cuda.runtime.getDevice(), d)
-    ws = _solve_ws.get(key)
-    if ws is None or ws.rows < rows:
-        ws = _solve_ws[key] = BlockWorkspace(rows, d)
-    return ws
-
-
-def solve_device(x, output, weights, seq_len: int, precision: str = "fp32", d: int = 768,
-                 ptrs: tuple | None = None) -> None:
-    """The device path of gpt2block.solve (arguments already checked there): x, output [seq_len, d].
-    ``ptrs``: the device addresses of x, output and weights, where the caller has them: a repeated
-    call then replays its graph without touching the arrays."""
-    if precision not in SOLVE_VARIANTS:
-        raise ValueError(f"solve() runs precision fp32 or tf32 (bf16 is a decode weight mode); got {precision!r}")
-    if SOLVE_PLANES_SCHEDULE not in SOLVE_PLANES_SCHEDULES:
-        raise ValueError(f"cuda.SOLVE_PLANES_SCHEDULE must be one of {', '.join(SOLVE_PLANES_SCHEDULES)}; "
-                         f"got {SOLVE_PLANES_SCHEDULE!r}")
-    dev = cp.cuda.runtime.getDevice()
-    graphs = _solve_graphs.get(dev)
-    if graphs is None:
-        graphs = _solve_graphs[dev] = _SolveGraphs()
-    if ptrs is not None:
-        ws = _solve_ws.get((dev, d))
-        if ws is not None and ws.rows >= seq_len and graphs.replay((dev,) + tuple(ptrs) + _solve_key_tail(seq_len, precision), ws):
-            return
-    gemm_variant, attn_variant = SOLVE_VARIANTS[precision]
-    xa = cp.asarray(x).reshape(seq_len, d)
-    out = cp.asarray(output).reshape(seq_len, d)
-    wflat = cp.asarray(weights).reshape(-1)
-    w = block_layout(d).views(wflat)
-    ws = solve_workspace(seq_len, d)
-    n_head = d // HEAD_DIM
-    # the wgmma GEMM's weight planes, remade from this call's weights by every call (they may change)
-    planes = None
-    if seq_len > cuda_linear.GEMV_MAX_M and cuda_linear.wgmma_available():
-        planes = graphs.block_planes(w, gemm_variant, d)
-
-    def attend(qkv, att):
-        cuda_attention.attention_prefill(
-            qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:], att, n_head=n_head, s_q=seq_len, s_kv=seq_len,
-            causal=False, q_start=0, q_stride=3 * d, kv_stride=3 * d, variant=attn_variant)
-
-    def make_planes(names, fork=None):
-        # on the side stream after `fork` is reached on this one, or on this one (fork None)
-        if fork is not None:
-            fork.record()
-            graphs.side.wait_event(fork)
-        with graphs.side if fork is not None else cp.cuda.get_current_stream():
-            for name in names:
-                cuda_linear.prepare_planes(w[name], gemm_variant, out=planes[name])
-                graphs.planes_ready[name].record()
-                if fork is not None:
-                    side_last[:] = [graphs.planes_ready[name]]
-
-    side_last = []  # the side stream's last event, which this stream joins
-
-    def body():
-        ready, after_qkv = None, None
-        side_last.clear()
-        if planes is not None:
-            # Every fork comes after the previous call's GEMMs (in this stream's order), which read
-            # the same planes. "side_first": W_qkv's planes on the side stream at the call's start,
-            # beside the first LayerNorm; the other three once the QKV GEMM is queued, beside
-            # attention. "main_first": W_qkv's on this stream, before the LayerNorm. "start"
-            # (version 17): all four on the side stream at the start; the LayerNorm, which does not
-            # depend on them, started only as the last began (25 us in). (In a graph, the root queued
-            # second starts 12-19 us after the first in a lone call, scripts/timeline_solve.py; back
-            # to back it costs nothing and side_first measured fastest, scripts/tune_solve_planes.py.)
-            sched = SOLVE_PLANES_SCHEDULE
-            if sched == "start":
-                make_planes(MATRICES, graphs.fork)
-            else:
-                make_planes(MATRICES[:1], graphs.fork if sched == "side_first" else None)
-                after_qkv = lambda qkv: make_planes(MATRICES[1:], graphs.fork2)  # noqa: E731
-            ready = graphs.planes_ready
-        try:
-            # x is only read; the residual stream after attention lives in output
-            run_block(w, xa, ws, seq_len, eps=1e-5, gemm_variant=gemm_variant, attend=attend, out=out,
-                      planes=planes, planes_ready=ready, after_qkv=after_qkv)
-        finally:
-            if side_last:  # joined even if run_block raised (a capture must end joined)
-                cp.cuda.get_current_stream().wait_event(side_last[0])
-
-    graphs.run((dev, xa.data.ptr, out.data.ptr, wflat.data.ptr) + _solve_key_tail(seq_len, precision), ws, body)

@@ -12,8 +12,8 @@ import weakref
 import cupy as cp
 import numpy as np
 
-from . import cuda_build as build
-from .cuda_modules import kernel, launch, sm_count
+from . import build
+from .modules import kernel, launch, sm_count
 
 LN_WARPS = 4
 LN_BLOCKS_PER_SM = 4  # layernorm's grid at most this many blocks per SM (each warp then takes
@@ -140,7 +140,7 @@ def argmax_workspace(rows: int, chunks: int, stream=None) -> ArgmaxWorkspace:
 
 
 def check_argmax_outputs(out, advance, host_out, rows: int, names=("out", "advance", "host_out")) -> None:
-    """The outputs of an argmax kernel (argmax_rows_f32, and the LM head's in cuda_linear.gemv_nt):
+    """The outputs of an argmax kernel (argmax_rows_f32, and the LM head's in linear.gemv_nt):
     out int32 [rows], advance (a decode step's ints) int32 [4, rows] or None, host_out MappedInts of
     rows or None, each contiguous; ``names`` of the three in the errors."""
     if not isinstance(out, cp.ndarray) or out.dtype != cp.int32 or out.shape != (rows,) or not out.flags.c_contiguous:

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import cupy as cp
 import numpy as np
 
-from ..config import HEAD_DIM, GPT2Config
-from .cuda_linear import GEMV_MAX_M
-from .cuda_modules import kernel, launch, sm_count
+from ...config import HEAD_DIM, GPT2Config
+from .linear import GEMV_MAX_M
+from .modules import kernel, launch, sm_count
 
 THREADS = 256  # DL_THREADS: the compute threads; the block has a producer warp besides
 ROWS = 8  # DL_ROWS: weight rows per stage

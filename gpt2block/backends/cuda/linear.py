@@ -15,9 +15,6 @@ argument before anything is launched. Nothing here synchronizes the stream.
                                residual epilogues and a fused input LayerNorm (the decode layout)
     linear / linear_nt         pick gemv or gemm from M and the weights' dtype (linear: gemm_planes
                                where given planes)
-    screen_table(w)            the LM head's int8 screen (gpt2block.screen.table's, made on the GPU)
-    lm_head_screened(x, t, w, ln, argmax)  ln_f + the LM head's argmax at one token, through the
-                               screen: the full head's winner without its logits (lm_screen.cu)
 
 Variants of the GEMM arithmetic (VARIANTS): ``tf32x3`` (3-pass split TF32, fp32-level
 accuracy: the fp32 precision mode), ``tf32`` (one TF32 pass). ``linear`` sends M <= GEMV_MAX_M
@@ -27,21 +24,20 @@ GEMV's (and slower). GEMV always accumulates in float32 with FFMA, whatever the 
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import cupy as cp
 import numpy as np
 
-from . import cuda_build as build
-from .cuda_modules import kernel, launch, module, sm_count
+from . import build
+from .modules import kernel, launch, sm_count
 
 VARIANTS = ("tf32x3", "tf32")
 EPILOGUES = ("bias", "bias_gelu", "bias_residual")
 GEMV_MAX_M = build.GEMV_MAX_M
 
 # ---------------------------------------------------------------------------------------------
-# GEMM tiles. The .cu reads these through its GEMM_* defines (cuda_build.gemm); smem_bytes is GEMM_SMEM_BYTES.
+# GEMM tiles. The .cu reads these through its GEMM_* defines (build.gemm); smem_bytes is GEMM_SMEM_BYTES.
 
 
 @dataclass(frozen=True)
@@ -217,7 +213,7 @@ def planes_of(variant: str) -> int:
 
 
 def wgmma_stages(variant: str, tile: WgTile) -> int:
-    """The ring stages of the tile's build (cuda_build.gw_stages: the most that fit, at most 8)."""
+    """The ring stages of the tile's build (build.gw_stages: the most that fit, at most 8)."""
     return build.gw_stages(variant, tile.wg, tile.bn)
 
 
@@ -300,7 +296,7 @@ def gemm_planes(a, p: Planes, bias, out, *, epilogue="bias", residual=None, stre
     """out[M,N] = epi(a[M,K] @ W + bias[N]) on prepared planes (epilogue None: a @ W, no bias).
     ``tile`` (one of WG_TILES[variant]) overrides pick_wg_tile, for tuning."""
     if not isinstance(p, Planes):
-        raise ValueError(f"p must be cuda_linear.Planes (see prepare_planes), got {type(p).__name__}")
+        raise ValueError(f"p must be linear.Planes (see prepare_planes), got {type(p).__name__}")
     _check_array(a, "a", 2)
     m, k = a.shape
     if p.k != k:
@@ -326,7 +322,7 @@ def gemm_planes(a, p: Planes, bias, out, *, epilogue="bias", residual=None, stre
     if tile is None:
         tile = pick_wg_tile(p.variant, m, n, k=k)
     elif tile not in WG_TILES[p.variant]:
-        raise ValueError(f"tile must be one of cuda_linear.WG_TILES[{p.variant!r}], got {tile!r}")
+        raise ValueError(f"tile must be one of linear.WG_TILES[{p.variant!r}], got {tile!r}")
     fn = kernel("gemm_wgmma", f"gemm_wg_{p.variant}_{suffix}", build.gemm_wgmma(tile, p.variant))
     grid = (_cdiv(m, tile.bm), _cdiv(n, tile.bn), tile.splitk)
     if grid[1] > 65535:
@@ -342,7 +338,7 @@ def _launch_gemm(variant, suffix, a, b, bias, residual, out, m, n, k, stream, ti
     if tile is None:
         tile = pick_tile(m, n)
     elif tile not in TILES:
-        raise ValueError(f"tile must be one of cuda_linear.TILES, got {tile!r}")
+        raise ValueError(f"tile must be one of linear.TILES, got {tile!r}")
     fn = kernel("gemm", f"gemm_{variant}_{suffix}", build.gemm(tile, variant))
     grid = (-(-m // tile.bm), -(-n // tile.bn), 1)
     if grid[1] > 65535:
@@ -486,9 +482,9 @@ def gemv_nt(x, w, out, *, bias=None, epilogue=None, residual=None, ln=None, kv=N
 
     ``argmax = (ids, advance, host_out)`` (with ln, no epilogue and M = 1: ln_f + the LM head of a
     batch-1 decode step): also ids[0] = the first index of the largest output, as
-    cuda_ops.argmax_rows gives it from out (ids int32 [1] on the device); ``advance`` (int32 [4, 1]:
+    ops.argmax_rows gives it from out (ids int32 [1] on the device); ``advance`` (int32 [4, 1]:
     a decode step's ids, seq, pos, lengths; or None) moved on to the next greedy step, and
-    ``host_out`` (cuda_ops.MappedInts of 1, or None) given the id too, as argmax_rows does."""
+    ``host_out`` (ops.MappedInts of 1, or None) given the id too, as argmax_rows does."""
     _check_rows(x, "x")
     _check_weights(w, "w", "[N, K]")
     m, k = x.shape
@@ -579,7 +575,7 @@ def _gemv_argmax_args(argmax, m: int, grid: int, stream) -> tuple:
     """The six GemvArgmax arguments of gemv_*_nt_ln (kernels/gemv.cu): NULLs without an argmax."""
     if argmax is None:
         return (_NULL,) * 6
-    from .cuda_ops import argmax_workspace, check_argmax_outputs
+    from .ops import argmax_workspace, check_argmax_outputs
 
     if not isinstance(argmax, tuple) or len(argmax) != 3:
         raise ValueError("argmax must be a tuple (ids, advance, host_out)")
@@ -598,7 +594,7 @@ def _gemv_nt_tokens(m: int) -> int:
 def gemv_nt_plan(n: int, k: int, cpt: int, mp: int = 1, bf16: bool = False, lm_head: bool = False,
                  sms: int | None = None, settings: dict | None = None) -> tuple[int, int]:
     """(wpr, grid) of an nt GEMV build (mp tokens, bf16 weights or not, the LM head's or not; its
-    settings, by default cuda_build.gemv_nt_settings'): the warps per row group (they split K) and the blocks.
+    settings, by default build.gemv_nt_settings'): the warps per row group (they split K) and the blocks.
     The fewest warps per row group that still give every SM two blocks, while each warp keeps at
     least one 16-byte chunk per lane of K; at one token, while the grid has fewer blocks than SMs, also
     where each warp keeps only half a chunk per lane (lanes 24-31 of gpt2's bf16 attention projection,
@@ -691,122 +687,3 @@ def from_bf16_bits(bits):
     if b.dtype != np.uint16:
         raise ValueError(f"bits must be uint16, got {b.dtype}")
     return (b.astype(cp.uint32) << cp.uint32(16)).view(cp.float32)
-
-
-# ---------------------------------------------------------------------------------------------
-# The greedy LM head through its int8 screen (kernels/lm_screen.cu, gpt2block/screen.py).
-
-SCREEN_MAX_K = build.LM_SCREEN_MAX_K  # lm_screen's builds: K <= 256 LM_SCREEN_J, J up to 8
-_screen_ws: dict = {}
-
-
-@dataclass
-class ScreenTable:
-    """The int8 screen of an LM head w [N, K]: q int8 [N, K], rowp float32 [N, 4] (screen.table), made from
-    w as it was then: remake it (screen_table) after w's values change."""
-
-    q: object
-    rowp: object
-    w_ptr: int  # the head it was made from (a check that it is used with that head)
-    j: int  # LM_SCREEN_J of its build (cuda_build.lm_screen): the table, screen and rescore share it
-
-
-def screen_fits(n: int, k: int) -> bool:
-    """Whether lm_head_screened takes a head of N rows of width K."""
-    return build.lm_screen_fits(n, k)
-
-
-def _screen_unfit(shape) -> str:
-    return (f"the LM head screen takes K a multiple of 8 up to {SCREEN_MAX_K} and N K below 2^31; got w of shape"
-            f" {tuple(shape)}")
-
-
-def screen_table(w, stream=None, j: int | None = None) -> ScreenTable:
-    """The screen of the LM head w [N, K] (float32, or bf16 bits as uint16), made on the GPU by
-    lm_screen_table_* on ``stream``: gpt2block.screen.table's values, bit for bit. ``j``: the build's
-    LM_SCREEN_J (default ceil(K / 256); a wider one is correct, slower)."""
-    _check_weights(w, "w", "[N, K]")
-    n, k = w.shape
-    if not screen_fits(n, k):
-        raise ValueError(_screen_unfit(w.shape))
-    bf16 = w.dtype != np.float32
-    j = build.lm_screen_j(k) if j is None else j
-    defines = build.lm_screen(n, k, bf16, j)
-    with stream if stream is not None else contextlib.nullcontext():  # allocated for the stream that writes them
-        q, rowp = cp.empty((n, k), cp.int8), cp.empty((n, 4), cp.float32)
-    launch(kernel("lm_screen", f"lm_screen_table_{'bf16' if bf16 else 'f32'}", defines),
-           (-(-n // (_GEMV_NT_THREADS // 32)), 1, 1), (_GEMV_NT_THREADS, 1, 1),
-           (w, _i32(n, "N"), _i32(k, "K"), q, rowp), 0, stream)
-    return ScreenTable(q, rowp, w.data.ptr, j)
-
-
-def _screen_workspace(n: int, k: int, g1: int, stream):
-    """(ub [N], lb_part [g1], h [K]) float32 for one (device, stream, N, K, g1), made once and kept
-    (a captured graph keeps using its own)."""
-    s = stream if stream is not None else cp.cuda.get_current_stream()
-    key = (cp.cuda.Device().id, s.ptr, n, k, g1)
-    got = _screen_ws.get(key)
-    if got is None:
-        got = _screen_ws[key] = (cp.empty(n, cp.float32), cp.empty(g1, cp.float32), cp.empty(k, cp.float32))
-    return got
-
-
-def _screen_grids(n: int, k: int, j: int | None = None) -> tuple[int, int]:
-    """(G1, G2): the screen's blocks (LM_SCREEN_MIN_BLOCKS a SM, at most one per 8 warps' rows: R a
-    warp by the build's J, cuda_build.lm_screen_rows) and the rescore's (one a SM)."""
-    rows = build.lm_screen_rows(build.lm_screen_j(k) if j is None else j)
-    sms = sm_count()
-    return min(build.LM_SCREEN_MIN_BLOCKS * sms, -(-n // (rows * _GEMV_NT_THREADS // 32))), min(sms, n)
-
-
-def screen_prepare(w, stream=None) -> None:
-    """Make lm_head_screened's workspaces for heads of w's shape on ``stream``, and build its kernels, now
-    (before a capture: nothing is allocated or compiled while a graph is being captured)."""
-    from .cuda_ops import argmax_workspace
-
-    n, k = w.shape
-    module("lm_screen", build.lm_screen(n, k, w.dtype != np.float32))
-    g1, g2 = _screen_grids(n, k)
-    _screen_workspace(n, k, g1, stream)
-    argmax_workspace(1, g2, stream)
-
-
-def lm_head_screened(x, table: ScreenTable, w, ln, argmax, *, stream=None) -> None:
-    """ids[0] = the argmax of LN(x; g, b, eps) @ w^T for one token, as gemv_nt(x, w, out, ln=ln,
-    argmax=argmax) gives it (the same winner, bit for bit), without its logits: an int8 pass over
-    ``table`` (screen_table(w)) bounds every logit, and only the rows that may win are formed
-    exactly (kernels/lm_screen.cu). x float32 [1, K]; w [N, K] float32 or bf16 bits; ln = (g, b, eps);
-    argmax = (ids, advance, host_out) as gemv_nt's. Two launches, both programmatic."""
-    _check_array(x, "x", 2)
-    if x.shape[0] != 1:
-        raise ValueError(f"the screened LM head takes one token; x has {x.shape[0]} rows")
-    _check_weights(w, "w", "[N, K]")
-    n, k = w.shape
-    if x.shape[1] != k:
-        raise ValueError(f"w must have {x.shape[1]} columns (x is {tuple(x.shape)}), got shape {tuple(w.shape)}")
-    if not screen_fits(n, k):
-        raise ValueError(_screen_unfit(w.shape))
-    if not isinstance(table, ScreenTable) or table.w_ptr != w.data.ptr:
-        raise ValueError("table must be screen_table(w) of this w")
-    _check_array(table.q, "table.q", 2, (np.int8,))
-    _check_shape(table.q, "table.q", (n, k))
-    _check_array(table.rowp, "table.rowp", 2)
-    _check_shape(table.rowp, "table.rowp", (n, 4))
-    if x.data.ptr % 16:
-        raise ValueError(f"x must be 16-byte aligned; got address {x.data.ptr:#x}")
-    g, b, eps = _check_ln(ln, k)
-    if argmax is None:
-        raise ValueError("the screened LM head gives only the argmax: argmax = (ids, advance, host_out) is required")
-    bf16 = w.dtype != np.float32
-    defines = build.lm_screen(n, k, bf16, table.j)  # checks that the table's J takes K
-    g1, g2 = _screen_grids(n, k, table.j)
-    ub, lb_part, h = _screen_workspace(n, k, g1, stream)
-    head = build.gemv_nt_settings(n, k, 1, bf16, ln=True)
-    wpr, _ = gemv_nt_plan(n, k, _cpt(w), 1, bf16, True, settings=head)  # the full head's split of K
-    launch(kernel("lm_screen", "lm_screen", defines), (g1, 1, 1), (_GEMV_NT_THREADS, 1, 1),
-           (x, table.q, table.rowp, g, b, np.float32(eps), _i32(n, "N"), _i32(k, "K"), ub, lb_part, h),
-           3 * k * 4 + 2 * k, stream, programmatic=True)
-    args = (w, h, ub, lb_part, _i32(g1, "G1"), _i32(n, "N"), _i32(k, "K"), np.int32(wpr))
-    args += _gemv_argmax_args(argmax, 1, g2, stream)
-    launch(kernel("lm_screen", f"lm_rescore_{'bf16' if bf16 else 'f32'}", defines), (g2, 1, 1),
-           (_GEMV_NT_THREADS, 1, 1), args, k * 4, stream, programmatic=True)

@@ -4,7 +4,7 @@ A kernel carries no default for what is set here (``#ifndef NAME`` / ``#error "N
 gpt2block/backends/cuda/build.py"``), and the host code that plans a launch (grids, shared memory,
 plans) reads the same values from here, so the two cannot drift apart (tests/test_build_params.py).
 Each function returns one module's defines, ``((NAME, VALUE), ...)``, the key under which
-cuda_modules builds and caches it. Plain Python, no CuPy: the CPU tests import it.
+modules builds and caches it. Plain Python, no CuPy: the CPU tests import it.
 
     attention(ranks)                      kernels/attention.cu (prefill, and decode with ranks blocks a cluster)
     attention_wgmma()                     kernels/attention_wgmma.cu
@@ -108,7 +108,7 @@ def _variant(variant: str) -> tuple:
 
 
 def gemm(tile, variant: str) -> tuple:
-    """gemm.cu for ``tile`` (bm, bn, warps_m, warps_n: cuda_linear.Tile) and one variant."""
+    """gemm.cu for ``tile`` (bm, bn, warps_m, warps_n: linear.Tile) and one variant."""
     return ((("GEMM_BM", tile.bm), ("GEMM_BN", tile.bn), ("GEMM_WARPS_M", tile.warps_m),
              ("GEMM_WARPS_N", tile.warps_n), ("GEMM_BK", GEMM_BK), ("GEMM_STAGES", GEMM_STAGES))
             + _variant(variant))
@@ -144,7 +144,7 @@ def gw_stages(variant: str, wg: int, bn: int) -> int:
 
 
 def gemm_wgmma(tile, variant: str) -> tuple:
-    """gemm_wgmma.cu's GEMMs for ``tile`` (wg, bn, splitk: cuda_linear.WgTile), with the most ring stages
+    """gemm_wgmma.cu's GEMMs for ``tile`` (wg, bn, splitk: linear.WgTile), with the most ring stages
     that fit (gw_stages)."""
     return _gw(tile.wg, tile.bn, gw_stages(variant, tile.wg, tile.bn), tile.splitk, variant)
 
@@ -249,7 +249,7 @@ def solve() -> tuple:
              ("GEMM_STAGES", GEMM_STAGES), ("GEMM_WITH_TF32", 1), ("GEMM_WITH_TF32X3", 1)) + attention())
 
 
-class _Tile:  # the product's GEMM tiles, without importing cuda_linear (CuPy) here
+class _Tile:  # the product's GEMM tiles, without importing linear (CuPy) here
     def __init__(self, **kw):
         self.__dict__.update(kw)
 
