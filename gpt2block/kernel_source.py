@@ -61,9 +61,9 @@ _compile_progress = None  # set_compile_progress's callable
 
 def set_compile_progress(report) -> None:
     """``report(message)`` is told of each kernel module this machine compiles for the first time
-    (backends/cuda_modules.py: a line before and one after, with the seconds it took), so that a first
+    (backends/cuda/modules.py: a line before and one after, with the seconds it took), so that a first
     run's start-up is not silent; None: no messages. Later builds of the same module come from CuPy's
-    on-disk cache and say nothing. (Here, not in cuda_modules, so that the CLI sets it without CuPy.)"""
+    on-disk cache and say nothing. (Here, not in cuda/modules.py, so that the CLI sets it without CuPy.)"""
     global _compile_progress
     _compile_progress = report
 

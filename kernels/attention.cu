@@ -40,7 +40,7 @@
 //      long long cache_batch_stride, const int* lengths, float* out, int D, int max_len)
 //     sm_90: grid (ATTN_DEC_CLUSTER, H, B), clusters of (ATTN_DEC_CLUSTER, 1, 1) compiled in
 //     (__cluster_dims__, so a plain launch forms them; gpt2block builds 8, 4, 2 or 1 and picks one
-//     per (B, H): cuda_attention.decode_ranks); older targets: grid (1, H, B), ATTN_DEC_CLUSTER 1.
+//     per (B, H): cuda/attention.decode_ranks); older targets: grid (1, H, B), ATTN_DEC_CLUSTER 1.
 //     The ranks set the summation order, so a row's output bits depend on the batch it runs in.
 //     block (128, 1, 1), no dynamic shared memory (static 4.4 KB at 8 ranks).
 //     q: row b at q + b * q_stride; key t of row b at k_cache + b * cache_batch_stride + t * D (v likewise);

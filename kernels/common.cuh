@@ -106,7 +106,7 @@ __device__ __forceinline__ float gelu_tanh(float z) {
 }
 
 // Programmatic dependent launch (sm_90; no-ops when compiled for older targets). A kernel
-// launched with the programmatic-serialization attribute (cuda_modules.launch(...,
+// launched with the programmatic-serialization attribute (cuda/modules.launch(...,
 // programmatic=True)) may start while the kernel before it in the stream is still running:
 //   pdl_trigger()  this block lets the next kernel start launching (it still waits, below);
 //   pdl_wait()     returns once every kernel before this one has finished and its writes are

@@ -41,7 +41,7 @@
 //   wpk      bf16 bits, [n_layer][H][DC_C][DC_E]: block (c, r)'s share of a layer, in the order
 //            QKV [3][8][D] (q, k, v rows 64c + 8r + j of W_qkv^T), W_attn [96][64] (rows 96r + i of
 //            W_attn^T, columns 64c + j), W_fc [32][D] (rows 256c + 32r + i of W_fc^T), W_proj [96][256]
-//            (rows 96r + i of W_proj^T, columns 256c + j): gpt2block/backends/cuda_cluster.py packs it
+//            (rows 96r + i of W_proj^T, columns 256c + j): gpt2block/backends/cuda/decode_paths.py packs it
 //   vecs     float32 [n_layer][6][D]: ln1_g, ln1_b, b_attn, ln2_g, ln2_b, b_proj
 //   bqf      float32 [n_layer][7D]: b_qkv [3D], b_fc [4D]
 //   x        [D] the residual stream, updated in place (the embedding of the new token on entry)

@@ -34,7 +34,7 @@
 //     float* kv, long long batch_stride, long long layer_stride, int n_ctx,
 //     const int* seq, const int* pos, const int* lengths,
 //     float* part_acc, float* part_ml, int* tickets, unsigned* barrier, int n_stages)
-//   layers   [n_layer] DecodeLayer (device pointers; gpt2block/backends/cuda_decode.py packs them)
+//   layers   [n_layer] DecodeLayer (device pointers; gpt2block/backends/cuda/decode_layers.py packs them)
 //   x        [M, D] residual stream, updated in place (the embedding of the new tokens on entry)
 //   qkv [M, 3D], att [M, D], hid [M, 4D]: scratch activations (qkv holds the last layer's on exit)
 //   kv       the KV cache: key p of cache row s, layer l at kv + s * batch_stride + l * layer_stride
@@ -119,7 +119,7 @@ __device__ __forceinline__ void dl_trace_clock_pair(int i) {
 #define DL_ADD_WAIT(from)
 #endif
 
-// One block's weights, as cuda_decode.py packs them (12 device pointers).
+// One block's weights, as cuda/decode_layers.py packs them (12 device pointers).
 struct DecodeLayer {
     const void* w[4];      // phase p's matrix [N_p, K_p], float32 or bf16 bits
     const float* bias[4];  // [N_p]

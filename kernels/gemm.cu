@@ -23,7 +23,7 @@
 //
 // Launch recipe
 //   tensor-core kernels gemm_tf32x3_* and gemm_tf32_*, with the tile defines below
-//   (GEMM_BM, GEMM_BN, GEMM_WARPS_M, GEMM_WARPS_N; defaults 128, 128, 2, 4):
+//   (GEMM_BM, GEMM_BN, GEMM_WARPS_M, GEMM_WARPS_N: build.py's tiles, e.g. 128, 128, 2, 4):
 //     grid  = (ceil(M / GEMM_BM), ceil(N / GEMM_BN), 1)
 //     block = (GEMM_WARPS_M * GEMM_WARPS_N * 32, 1, 1)
 //     dynamic shared memory = GEMM_SMEM_BYTES
@@ -67,7 +67,7 @@
 
 
 // ---------------------------------------------------------------------------------------------
-// Tensor-core kernel: cp.async triple buffering, 8 warps (default) each owning a
+// Tensor-core kernel: cp.async triple buffering, GEMM_WARPS_M x GEMM_WARPS_N warps (8 at 128 x 128) each owning a
 // (BM / WARPS_M) x (BN / WARPS_N) piece of the block tile as m16n8 accumulator tiles.
 
 // ROWS x GEMM_BK floats of a k-contiguous matrix G [nrows, K] from (row0, k0) into s [ROWS][GEMM_LDK];

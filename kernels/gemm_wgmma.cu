@@ -10,7 +10,7 @@
 // variant: tf32x3 (A split x = hi + lo in the kernel; lo*hi' + hi*lo' + hi*hi': fp32-level
 // accuracy) or tf32 (one pass, A rounded to tf32 in the kernel: left to the tensor core, which
 // reads the top 19 bits, A's truncation measured 400-1000x torch fp32's error, twice rounding's).
-// Requires K % 4 == 0 and A, P 16-byte aligned (cuda_linear sends other products to gemm.cu).
+// Requires K % 4 == 0 and A, P 16-byte aligned (cuda/linear.py sends other products to gemm.cu).
 // Any M, N >= 1; deterministic.
 //
 // A block is GW_WG consumer warpgroups (64 rows of C each, all GW_BN columns) and a producer
@@ -35,9 +35,9 @@
 //   (Version 7 rounded / split A in shared memory and read it with descriptors: shared memory
 //   bandwidth ran out; fragments in registers measured +20-28% on tf32x3, docs/PERFORMANCE.md v8.)
 //
-// Launch recipe (cuda_linear.gemm_planes): grid (ceil(M / GW_BM), ceil(N / GW_BN), GW_SPLITK) (with
+// Launch recipe (cuda/linear.gemm_planes): grid (ceil(M / GW_BM), ceil(N / GW_BN), GW_SPLITK) (with
 // GW_SPLITK > 1 the z blocks form a cluster, compiled in: __cluster_dims__), block GW_THREADS =
-// 128 * (GW_WG + 1), dynamic shared memory GW_SMEM_BYTES(planes) (cuda_linear.wgmma_stages picks the
+// 128 * (GW_WG + 1), dynamic shared memory GW_SMEM_BYTES(planes) (cuda/build.gw_stages picks the
 // most stages, up to 8, that fit one block per SM).
 
 #include "common.cuh"

@@ -53,7 +53,7 @@
 //     token: GEMV_NT_ROWS_M1_BF16). gpt2block (gemv_nt_plan): the fewest wpr that give
 //     ceil(N / ((8 / wpr) R)) >= 2 blocks per SM, G that count capped at the resident blocks
 //     (GemvNt<>::MIN_BLOCKS per SM: 3; 2 at 4 rows; one token: its own knobs, which gpt2block's
-//     cuda_linear sets by the model's width). Any G and wpr give a correct result.
+//     gpt2block's cuda/build.py sets by the model's width). Any G and wpr give a correct result.
 //     dynamic shared memory (M + 2) * K * 4 bytes for the _ln kernels (the normalized rows, then g
 //     and b; above 48 KB with the static shared memory needs the opt-in attribute), else 0.
 
@@ -284,7 +284,7 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const typ
 // must allow (2 at 4 rows; 3 otherwise: 4 spilled and lost 3% at 2 tokens and with bf16, version 15.
 // One float32 token has its own knob: 4 blocks measured +1.3% in version 15, while the weight loads
 // still came after pdl_wait; once they came before it, 3 blocks measured +3.1%, version 17; version 18
-// chose both one-token builds' knobs by width, cuda_linear.GEMV_NT_M1_*_BY_WIDTH).
+// chose both one-token builds' knobs by width, build.py's GEMV_NT_M1_*_BY_WIDTH).
 template <int MP, bool BF16, bool LM>
 struct GemvNt {
     static constexpr int ROWS = MP == 1 && BF16 ? GEMV_NT_ROWS_M1_BF16

@@ -2,7 +2,7 @@
 // copy of the head (a quarter of float32's bytes, half of bf16's) and only a few of the exact rows,
 // and still gives the token the full head (gemv_*_nt_ln_m1 with its argmax) gives, bit for bit.
 // It includes gemv.cu's device code (the LM head's LayerNorm, row order and argmax finish), and must be
-// built with the #defines of the full head's build (gpt2block: cuda_linear._gemv_nt_defines) so that
+// built with the #defines of the full head's build (gpt2block: cuda/build.lm_screen) so that
 // its LayerNorm and lanes are the full head's. One build serves one width: LM_SCREEN_J (below).
 //
 //   lm_screen(x, q, rowp, ln_g, ln_b, eps, N, K, ub, lb_part, h_out)        (pass 1, K <= 256 LM_SCREEN_J)

@@ -5,7 +5,8 @@
 // x, output: [seq_len, 768] device pointers; weights: one block in the flat layout
 // (layout.cuh, generated from gpt2block/layout.py). No causal mask. The block runs in
 // gpt2block's default fp32 mode: tf32x3 tensor-core GEMMs and attention (fp32-level accuracy).
-// `gpt2block export-cuda` inlines this file and everything it includes into one solution.cu.
+// `gpt2block export-cuda` inlines this file and everything it includes into one solution.cu, after the
+// build parameters (gpt2block/backends/cuda/build.py: solve()).
 //
 //   h   = LN(x; g1, b1)                   layernorm_f32
 //   qkv = h @ W_qkv + b_qkv               gemm_tf32x3_bias
