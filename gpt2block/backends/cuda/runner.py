@@ -1,4 +1,4 @@
-"""The CUDA backend: the model on the GPU through our kernels (kernels/*.cu via CuPy).
+"""The CUDA runner: the model on the GPU through our kernels (kernels/*.cu via CuPy).
 
 Weights are uploaded once: the packed blocks in one device allocation
 [n_layer, block_numel], plus wte, wpe and ln_f, for decode a transposed copy of each
@@ -6,7 +6,7 @@ block matrix ([N, K]; bf16 in bf16 mode), and on compute capability 9.0 each mat
 tf32 weight planes for the wgmma GEMM (linear.prepare_planes). A Runner owns a workspace sized once to n_ctx
 rows and reused by every call; a CudaCache owns the KV cache [batch, n_layer, 2, n_ctx, D].
 
-One block, the ten steps (the residual stream x is updated in place), prefill / solve:
+One block, the ten steps (the residual stream x is updated in place), prefill and solve.py:
     h = LN(x; g1, b1)                 layernorm_f32
     qkv = h @ W_qkv + b_qkv           gemm (linear.linear: gemm_wgmma.cu on sm_90, else gemm.cu;
                                       gemv for <= 8 rows)
@@ -30,9 +30,9 @@ then ln_f + the LM head (gemv_*_nt_ln) and the argmax, which also moves the step
 next greedy step (ids = argmax, pos + 1): at batch 1 in the LM head itself (its last block to finish
 reduces the blocks' partials), else argmax_rows_f32. greedy_steps' chained steps at batch 1 need no
 logits: there the head is screened (an int8 copy of wte bounds every logit, and only the rows that may
-win are formed exactly; the same token, lm_head.lm_head_screened). The runner's flags
-cluster_decode and fused_decode override the table (decode_path's cluster and layers). A step is one CUDA graph: the upload of its
-ints from pinned memory, the kernels (programmatic dependent launch on sm_90: each starts, and
+win are formed exactly; the same token, lm_head.lm_head_screened). The runner's flags cluster_decode
+and fused_decode override the table (decode_path's cluster and layers). A step is one CUDA graph: the
+upload of its ints from pinned memory, the kernels (programmatic dependent launch on sm_90: each starts, and
 fetches its weights, while the one before finishes) and the download of the argmax into pinned
 memory. greedy_steps() runs a second graph, the kernels alone, fed by the step before it on the
 device, whose argmax kernel writes the ids straight into mapped host memory (no copy after the
@@ -128,7 +128,7 @@ class CudaRunner(Runner):
     backend = "cuda"
 
     def __init__(self, weights: ModelWeights, precision: str = "fp32", use_graphs: bool = True,
-                 programmatic: bool = True, fused_decode: bool | str = "auto", wgmma: bool | str = "auto",
+                 programmatic: bool = True, fused_decode: bool | str = "auto",
                  cluster_decode: bool = True):
         if precision not in VARIANTS:
             raise ValueError(f"cuda backend precision must be one of {', '.join(VARIANTS)}; got {precision!r}")
@@ -153,13 +153,9 @@ class CudaRunner(Runner):
         self.wte_dec = linear.to_bf16_bits(self.wte) if bf16 else self.wte  # [V, D] already
         # Prefill (and decode batches over GEMV_MAX_M) multiply on kernels/gemm_wgmma.cu where the
         # GPU has wgmma (compute capability 9.0): the matrices and wte prepared once as tf32 planes
-        # ([planes, N, K rounded up to 32]: 2x the fp32 bytes for tf32x3). wgmma=False keeps gemm.cu's mma.sync.
-        if wgmma not in (True, False, "auto"):
-            raise ValueError(f"wgmma must be True, False or 'auto'; got {wgmma!r}")
-        if wgmma is True and not linear.wgmma_available():
-            raise ValueError("wgmma=True needs a compute capability 9.0 GPU (H100 / H200)")
+        # ([planes, N, K rounded up to 32]: 2x the fp32 bytes for tf32x3); elsewhere gemm.cu's mma.sync.
         self.planes, self.wte_planes = None, None
-        if wgmma and linear.wgmma_available():
+        if linear.wgmma_available():
             self.planes = [prepare_block_planes(w, self.gemm_variant) for w in self.block_views]
             self.wte_planes = linear.prepare_planes(self.wte, self.gemm_variant, transposed=True)
         self.ws = BlockWorkspace(c.n_positions, c.n_embd)
