@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How long one warp takes for a 768-float row dot product from shared memory, the decode
-kernel's inner step, on its own: python scripts/bench_row_dot.py (GPU; CuPy).
+kernel's inner step, on its own: python dev/micro_row_dot.py (GPU; CuPy).
 
 One block of 8 warps per SM, every warp on its own row of a stage in shared memory; clock64()
 around the loop and around the warp's 5-shuffle sum; median cycles of warp 0's repetitions.

@@ -39,7 +39,7 @@
 // Rows a warp holds at once: 2, the one it works on and the next; or 3, two loaded ahead. gpt2block
 // builds 3 where some warp takes 3 rows or more and LN_MAX_VEC is 4 to 6 (cuda_ops.layernorm): at 6
 // the kernel then takes 128 registers (4 blocks per SM still fit) and measured 16.5 us against 16.8
-// at 8192 x 768 (scripts/probe_layernorm_bound.py); at 3 ptxas spills, and wider rows would not fit.
+// at 8192 x 768 (dev/probe_layernorm_bound.py); at 3 ptxas spills, and wider rows would not fit.
 #define LN_DEPTH 2
 #endif
 #if LN_DEPTH != 2 && LN_DEPTH != 3
@@ -48,8 +48,8 @@
 
 // Cache hints of the row's loads and stores. The rows are read once and written once, so x is
 // loaded without allocating in L1 and y stored streaming (.cs: evict-first in L2): at 8192 x 768
-// 16.55 -> 15.60 us, each hint about half of it (docs/PERFORMANCE.md version 22, scripts/
-// tune_layernorm.py --hints). A row is read by the warp that writes it, before it writes it, so the
+// 16.55 -> 15.60 us, each hint about half of it (docs/PERFORMANCE.md version 22). A row is read by
+// the warp that writes it, before it writes it, so the
 // non-coherent load is safe with y = x. The other choices, for measuring:
 #ifndef LN_LOAD_HINT
 #define LN_LOAD_HINT 1  // x: 0 plain; 1 .nc.L1::no_allocate; 2 .nc.L1::no_allocate.L2::256B; 3 .cs
