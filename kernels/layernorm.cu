@@ -39,7 +39,7 @@
 // Rows a warp holds at once: 2, the one it works on and the next; or 3, two loaded ahead. gpt2block
 // builds 3 where some warp takes 3 rows or more and LN_MAX_VEC is 4 to 6 (cuda_ops.layernorm): at 6
 // the kernel then takes 128 registers (4 blocks per SM still fit) and measured 16.5 us against 16.8
-// at 8192 x 768 (scripts/probe_layernorm_bound.py); at 3 ptxas spills, and wider rows would not fit.
+// at 8192 x 768 (dev/probe_layernorm_bound.py); at 3 ptxas spills, and wider rows would not fit.
 #define LN_DEPTH 2
 #endif
 #if LN_DEPTH != 2 && LN_DEPTH != 3

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a decode step's kernels spend their time after their pdl_wait: per-block stamps.
 
-    python scripts/trace_decode_step.py [SIZE] [--cases bf16:1,fp32:1] [--steps 6] [--save PREFIX]
+    python dev/trace_decode_step.py [SIZE] [--cases bf16:1,fp32:1] [--steps 6] [--save PREFIX]
 
 Builds the decode kernels with stamps patched into their text at compile time (kernels/*.cu are
 not changed): every kernel that calls pdl_trigger() records, from thread 0 of each block, its
@@ -122,7 +122,7 @@ def stamped_source(name: str) -> str:
         return src
     src = HOOKS + src.replace(TRIG[0], TRIG[1], 1)
     if src.count(WAIT[0]) != 1:
-        raise SystemExit("pdl_wait's text changed: update WAIT in scripts/trace_decode_step.py")
+        raise SystemExit("pdl_wait's text changed: update WAIT in dev/trace_decode_step.py")
     src = src.replace(WAIT[0], WAIT[1])
     for anchor, after in EDITS.get(name, []):
         if src.count(anchor) != 1:
@@ -206,13 +206,7 @@ def main():
     ap.add_argument("--cases", default="bf16:1,fp32:1", help="precision:batch pairs (batch 1 has the LayerNorm stamps)")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--save", default=None, metavar="PREFIX", help="also write the raw records as PREFIX_<case>.npy")
-    ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
-                    help="an extra #define of the nt GEMVs (cuda_linear.NT_DEFINES, an A/B switch); may repeat")
     a = ap.parse_args()
-    if a.define:
-        from gpt2block.backends import cuda_linear
-
-        cuda_linear.NT_DEFINES = tuple((d.split("=", 1)[0], int(d.split("=", 1)[1])) for d in a.define)
     cuda_modules.read_source = stamped_source  # before any kernel is built
     w = ModelWeights.random(SIZES[a.size], seed=0)
     rng = np.random.default_rng(0)

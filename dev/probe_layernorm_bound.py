@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What bounds the LayerNorm at 8192 x 768 (docs/PERFORMANCE.md, version 20's items 1 and 2): python scripts/probe_layernorm_bound.py
+"""What bounds the LayerNorm at 8192 x 768 (docs/PERFORMANCE.md, version 20's items 1 and 2): python dev/probe_layernorm_bound.py
 
 Times, by the benchmark's burst method (gpt2block.bench._burst_median, four input / output sets), a
 torch copy of the same bytes, our own copies of the same rows (a warp a row, one or two rows in flight,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a decode step's time goes: kernel time per step, per kernel, from the CUDA profiler.
 
-    python scripts/profile_decode.py [SIZE] [--steps N] [--cases fp32:1,fp32:8,bf16:1]
+    python dev/profile_decode.py [SIZE] [--steps N] [--cases fp32:1,fp32:8,bf16:1]
 
 Random weights of SIZE; after a 16-token prefill per row and 5 warm-up steps, N greedy steps
 run under torch.profiler (CUPTI sees CuPy's kernels too, graph replays included). Prints, per

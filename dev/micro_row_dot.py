@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """How long one warp takes for a 768-float row dot product from shared memory, the decode
-kernel's inner step, on its own: python scripts/bench_row_dot.py (GPU; CuPy).
+kernel's inner step, on its own: python dev/micro_row_dot.py (GPU; CuPy).
 
 One block of 8 warps per SM, every warp on its own row of a stage in shared memory; clock64()
 around the loop and around the warp's 5-shuffle sum; median cycles of warp 0's repetitions.
 Variants: 0 as decode_layers.cu's FMA path (one accumulator, the activations re-read from
 shared memory for each row), 1 four accumulators, 2 fully unrolled with the loads first,
-3 three rows (stages) at once sharing each activation load. docs/PERFORMANCE.md, version 11.
+3 three rows (stages) at once sharing each activation load. Every variant's sums are checked against
+a float64 reference (relative error at most 1e-5; exit status 1 otherwise). docs/PERFORMANCE.md, version 11.
 """
+import sys
+
 import numpy as np
 
 SRC = r'''
@@ -89,7 +92,24 @@ extern "C" __global__ void __launch_bounds__(256, 1) micro(int v, long long* out
 '''
 
 
-def main() -> None:
+def expected_sums() -> np.ndarray:
+    """Each thread's total (sink's value) from a float64 reference: [variant 0-2 | 3, 256 threads].
+    The data is the kernel's (0.001 * (i % 97) in float32); a warp's row of repetition rep starts
+    (rep & 1) * 3 stages in; variants 0-2 sum row 0's dot, variant 3 lanes 0-15 rows 0 + 2, 16-31 rows 1 + 2."""
+    buf = (np.float32(0.001) * (np.arange(768 + 6 * 8 * 768) % 97).astype(np.float32)).astype(np.float64)
+    act, w = buf[:768], buf[768:]
+    one, three = np.zeros(256), np.zeros(256)
+    for tid in range(256):
+        warp, lane = tid >> 5, tid & 31
+        for rep in range(40):
+            base = (rep & 1) * 3 * 8 * 768 + warp * 768
+            dots = [act @ w[base + r * 8 * 768: base + r * 8 * 768 + 768] for r in range(3)]
+            one[tid] += dots[0]
+            three[tid] += (dots[1] if lane & 16 else dots[0]) + dots[2]
+    return np.stack([one, three])
+
+
+def main() -> int:
     import cupy as cp
 
     mod = cp.RawModule(code=SRC, options=("-std=c++17", "-arch=sm_90a"))
@@ -98,12 +118,22 @@ def main() -> None:
     k.max_dynamic_shared_size_bytes = smem
     out = cp.zeros(8 * 40 * 2, cp.int64)
     sink = cp.zeros(132 * 256, cp.float32)
+    want = expected_sums()
+    failed = False
     for v in (0, 1, 2, 3, 0):
+        sink.fill(cp.nan)
         k((132,), (256,), (np.int32(v), out, sink), shared_mem=smem)
         cp.cuda.runtime.deviceSynchronize()
         o = cp.asnumpy(out).reshape(8, 40, 2)[:, 5:]
-        print(f"variant {v} ({'3 rows' if v == 3 else '1 row'}): loop {np.median(o[..., 0]):.0f} cycles, warp sums {np.median(o[..., 1]):.0f}")
+        ref = want[1 if v == 3 else 0]
+        err = float(np.nanmax(np.abs(cp.asnumpy(sink).reshape(132, 256) - ref) / np.abs(ref)))
+        ok = bool(cp.isfinite(sink).all()) and err <= 1e-5  # float32 sums of 768 products, 40 times
+        failed |= not ok
+        print(f"variant {v} ({'3 rows' if v == 3 else '1 row'}): loop {np.median(o[..., 0]):.0f} cycles, "
+              f"warp sums {np.median(o[..., 1]):.0f}; sums {'ok' if ok else 'WRONG'} "
+              f"(max relative error {err:.1e} against float64)")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

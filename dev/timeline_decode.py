@@ -2,7 +2,7 @@
 """The GPU's timeline of greedy decode steps: when each kernel of a step starts and ends, and the
 gaps between them and between steps, from the CUDA profiler's records of the kernels.
 
-    python scripts/timeline_decode.py [SIZE] [--steps N] [--cases fp32:1,bf16:1] [--fused auto|on|off]
+    python dev/timeline_decode.py [SIZE] [--steps N] [--cases fp32:1,bf16:1] [--fused auto|on|off]
                                       [--cluster on|off]
 
 Random weights of SIZE; after a 16-token prefill per row, runs N steps of runner.greedy_steps (as

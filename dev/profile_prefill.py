@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where solve() and prefill time goes: kernel time per call, per kernel, from the CUDA profiler.
 
-    python scripts/profile_prefill.py [--seq 1024] [--calls 10] [--host 30]
+    python dev/profile_prefill.py [--seq 1024] [--calls 10] [--host 30]
 
 solve() at seq_len (fp32 and tf32, the challenge's random block; a graph replay after two calls)
 and gpt2 forward_device (random weights, fp32) under torch.profiler (CUPTI sees CuPy's kernels,

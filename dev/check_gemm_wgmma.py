@@ -1,7 +1,7 @@
 """Check and time kernels/gemm_wgmma.cu (wgmma on prepared weight planes, sm_90a) against gemm.cu's
 mma.sync kernels and torch.
 
-    python scripts/check_wgmma.py [--shapes qkv,proj,...] [--m 1024]
+    python dev/check_gemm_wgmma.py [--shapes qkv,proj,...] [--m 1024]
 
 Accuracy: fresh random data per case (a ~ N(0,1), W and bias ~ N(0, 0.02), the residual N(0,1)),
 outputs poisoned with NaN, max |error| / max |ref| against torch float64; tf32x3 is judged against

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """solve() in tf32 with and without the split-K wgmma tiles, in one process (GPU):
 
-    python scripts/tune_split_k.py [--rounds 2]
+    python dev/tune_split_k.py [--rounds 2]
 
 For each configuration the tile favoured for tf32's split-K candidates (the others priced out) and
 cuda_linear.WG_SPLIT_MIN_K are set, solve()'s graphs dropped, and the kernel times per call

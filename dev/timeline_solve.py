@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The GPU's timeline of one solve() call: when each kernel starts and ends, on both streams.
 
-    python scripts/timeline_solve.py [--seq 1024] [--calls 20] [--precisions fp32,tf32]
+    python dev/timeline_solve.py [--seq 1024] [--calls 20] [--precisions fp32,tf32]
 
 The challenge's random block (as bench.py makes it); after warm-up (eager call, capture, replays),
 times `--calls` calls under torch.profiler, each alone (synchronized, then a 2 ms pause), and prints

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """A/B of the decode GEMVs' register budget: graph replay time of a decode step per variant.
 
-    python scripts/tune_gemv_nt.py
+    python dev/tune_gemv_nt.py
 
 Each variant compiles kernels/gemv.cu's nt kernels with other GEMV_NT_UNROLL (16-byte weight
 chunks per row and lane in flight) and GEMV_NT_MIN_BLOCKS (blocks per SM the registers must
 allow; the launch grid follows it, except for the builds with their own count: one float32 token,
 GEMV_NT_MIN_BLOCKS_M1_F32 and its width table, one bf16 token likewise, and 4 rows per warp, 2:
-so gpt2's bf16 batch 1, 4 rows per warp since version 18, gets the same kernels in every variant). Prints microseconds per step (scripts/profile_decode.py's
+so gpt2's bf16 batch 1, 4 rows per warp since version 18, gets the same kernels in every variant). Prints microseconds per step (dev/profile_decode.py's
 graph replay) and the largest logit difference from the default, for gpt2 at batch 1 and 8
 and gpt2-xl at batch 1, on random weights. Nothing is changed: the defaults stay in gemv.cu.
 """

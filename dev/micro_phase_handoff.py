@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How long the fused decode kernel's phase handoff takes on its own, by protocol:
-python scripts/bench_handoff.py (GPU; CuPy).
+python dev/micro_phase_handoff.py (GPU; CuPy).
 
 One block per SM runs many phases back to back. In each phase every block writes its slice of
 an n-float vector and then needs the whole vector (as decode_layers.cu's phases need all of the

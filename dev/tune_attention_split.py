@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sweep the split-key prefill's chunk (key tiles per block) on the GPU:
 
-    python scripts/tune_attention_split.py [--seqs 1024,2048] [--heads 12,25] [--impl auto|mma]
+    python dev/tune_attention_split.py [--seqs 1024,2048] [--heads 12,25] [--impl auto|mma]
 
 For each case (causal and not, both tensor-core variants): device time of attention_prefill with
 chunk 0 (the plain kernel) and a range of chunks (gpt2block.bench._device_median: behind a spin

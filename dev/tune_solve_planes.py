@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A/B of where solve() makes its weight planes, and of the planes kernel's block width, in one process.
 
-    python scripts/tune_solve_planes.py [--seq 1024] [--rounds 2] [--reps 50]
+    python dev/tune_solve_planes.py [--seq 1024] [--rounds 2] [--reps 50]
         [--schedules start,side_first,main_first] [--planes-n 64]
 
 For each round, schedule (cuda.SOLVE_PLANES_SCHEDULE) and width (cuda_linear.PLANES_N): the solve
