@@ -7,8 +7,8 @@ For each case (causal and not, both tensor-core variants): device time of attent
 chunk 0 (the plain kernel) and a range of chunks (gpt2block.bench._device_median: behind a spin
 kernel, median of 20); the chunk the plan picks is marked * (prefill_split_plan for attention.cu's
 mma.sync kernels, --impl mma; wg_split_plan for attention_wgmma.cu's, chunk = key tiles per
-128-query block, the default impl on a wgmma GPU). (The committed sweep,
-docs/bench/2026-11-21-v7/tune_attention_split.txt, timed bursts of 5 launches with events.)
+128-query block, the default impl on a wgmma GPU). (The sweep of
+docs/PERFORMANCE.md's version 7 timed bursts of 5 launches with events.)
 """
 
 import argparse

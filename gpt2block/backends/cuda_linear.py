@@ -210,8 +210,8 @@ class WgTile:
 # 52 / 69 TFLOP/s, against 35 / 56 on 128 x 64. tf32x3 has no 192-column tile: its part registers
 # spill there.
 # Split K (version 19): 128 x 192 in clusters of 3 blocks (96 blocks at N = 768) for tf32's mlp
-# (K = 3072): 128x48 118.7 -> 143.4 TFLOP/s (check_gemm_wgmma.py), solve tf32 back to back 158.8 -> 148.2 us
-# (dev/tune_split_k.py, docs/bench/2026-11-22-v19). Not at proj's K = 768 (each block 8 k tiles: solve
+# (K = 3072): 128x48 118.7 -> 143.4 TFLOP/s (dev/check_gemm_wgmma.py), solve tf32 back to back 158.8 -> 148.2 us
+# (dev/tune_split_k.py; docs/PERFORMANCE.md, version 19). Not at proj's K = 768 (each block 8 k tiles: solve
 # slower), hence WG_SPLIT_MIN_K; clusters of 4 measured 99.9, 128 x 128 / 2 128.5, 64 x 192 / 2 130.4;
 # tf32x3's 128 x 128 / 2 73.5 against 72.6 (not kept).
 WG_TILES = {
