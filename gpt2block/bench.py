@@ -474,41 +474,113 @@ def markdown(r, rows):
     return "\n".join(lines) + "\n"
 
 
+# What a greedy decode step reads, for the plot's floors (bench_decode's runs: prompt_len 16, then `steps` steps).
+DECODE_PROMPT_LEN = 16  # _ours_decode_rate's prompt_len
+
+
+def decode_step_bytes(size, precision, batch, steps, prompt_len=DECODE_PROMPT_LEN):
+    """Mean bytes one greedy decode step of ``batch`` rows reads from device memory, as the CUDA backend runs
+    it (gpt2block/backends/cuda.py): every block's decode matrices once (12 D^2 values, float32, or bf16 in
+    bf16 mode) with its biases and LayerNorm gains (13 D float32); the LM head once: at batch 1 its int8 screen
+    (V x D int8 + 16 bytes a row; the few rescored rows left out), else wte (V x D, float32 or bf16); each
+    row's KV cache (float32) up to its position, averaged over the run's positions; the embedding rows and
+    ln_f. Weights are counted once a step, whatever the L2 keeps between steps."""
+    from .config import SIZES
+
+    c = SIZES[size]
+    d, n_layer, v = c.n_embd, c.n_layer, c.vocab_size
+    wbytes = 2 if precision == "bf16" else 4
+    blocks = n_layer * (12 * d * d * wbytes + 13 * d * 4)
+    head = v * d + 16 * v if batch == 1 else v * d * wbytes
+    mean_keys = prompt_len + (steps + 1) / 2  # a step at position p reads keys 0..p
+    kv = batch * n_layer * 2 * mean_keys * d * 4
+    return blocks + head + kv + batch * 2 * d * 4 + 2 * d * 4
+
+
 def plot(r, path):
+    """bench.png: solve()'s time per block against sequence length (left) and greedy decode rates (right),
+    each with the floor the run's own ceilings give. Returns False, writing nothing, when the results hold
+    neither section (a run of other sections only)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    if r.get("solve"):
+    panels = [k for k in ("solve", "decode") if r.get(k)]
+    if not panels:
+        return False
+    c = r["ceilings"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(7.5 * len(panels), 6.5), squeeze=False)
+    axes = dict(zip(panels, axes[0]))
+    if "solve" in axes:
+        ax = axes["solve"]
         s = [x["seq_len"] for x in r["solve"]]
-        ax = axes[0]
-        for key, label in (("ours_fp32_ms", "gpt2block fp32"), ("ours_tf32_ms", "gpt2block tf32"),
-                           ("torch_fp32_ms", "torch fp32"), ("torch_tf32_ms", "torch TF32+SDPA")):
+        for key, label in (("ours_fp32_ms", "gpt2block, fp32 mode"), ("ours_tf32_ms", "gpt2block, tf32 mode"),
+                           ("torch_fp32_ms", "torch reference block, fp32"),
+                           ("torch_tf32_ms", "torch reference block, TF32 + SDPA")):
             ax.plot(s, [x[key] for x in r["solve"]], marker="o", label=label)
-        c = r["ceilings"]
-        ax.plot(s, [block_flops(n) / c["sgemm_fp32_TFLOPs"] / 1e9 for n in s], "k--", label="fp32 SGEMM floor")
-        ax.plot(s, [block_flops(n) / c["gemm_tf32_TFLOPs"] / 1e9 for n in s], "k:", label="TF32 floor")
+        ax.plot(s, [block_flops(n) / c["sgemm_fp32_TFLOPs"] / 1e9 for n in s], "k--",
+                label=f"FLOPs / cuBLAS fp32 SGEMM rate ({c['sgemm_fp32_TFLOPs']:.1f} TFLOP/s)")
+        ax.plot(s, [block_flops(n) / c["gemm_tf32_TFLOPs"] / 1e9 for n in s], "k:",
+                label=f"FLOPs / cuBLAS TF32 GEMM rate ({c['gemm_tf32_TFLOPs']:.0f} TFLOP/s)")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("seq_len")
-        ax.set_ylabel("ms per block")
-        ax.set_title("one GPT-2 block (D=768), solve()")
+        ax.set_xlabel("sequence length (tokens)")
+        ax.set_ylabel("time per block (ms, median)")
+        ax.set_title("one GPT-2 block (D = 768): solve()")
+        ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=8)
-    if "decode" in r:
-        dd = r["decode"]
-        ax = axes[1]
-        names = [k for k in dd if k.endswith("_tok_s")]
-        ax.barh(names, [dd[k] for k in names])
-        floor = r["ceilings"]["copy_TBps"] * 1e12 / 2 / (124.4e6 * 4)
-        ax.axvline(floor, color="k", ls="--", label=f"fp32 HBM floor b1 ({floor:,.0f} tok/s)")
+    if "decode" in axes:
+        ax = axes["decode"]
+        cases = []  # (label, results, size, batch, precision)
+        for key in ("decode", "decode_xl"):
+            dd = r.get(key)
+            if not dd:
+                continue
+            for b in (1, 8):
+                for prec in ("fp32", "bf16"):
+                    if f"ours_{prec}_b{b}_tok_s" in dd:
+                        cases.append((f"{dd['size']}, batch {b}, {'fp32' if prec == 'fp32' else 'bf16 weights'}",
+                                      dd, b, prec))
+        compiled = "transformers + torch.compile, static cache (fp32)"
+        series = (("gpt2block", "ours_{prec}_b{b}_tok_s", "tab:blue"),
+                  (compiled, "hf_compiled_b{b}_tok_s", "tab:orange"),
+                  ("transformers, sdpa (fp32)", "hf_sdpa_b{b}_tok_s", "tab:green"))
+        height = 0.8 / len(series)
+        ys = range(len(cases))
+        for j, (name, key, color) in enumerate(series):
+            vals = []
+            for label, dd, b, prec in cases:
+                peer = j > 0
+                vals.append(dd.get(key.format(prec=prec, b=b)) if not (peer and prec != "fp32") else None)
+            pos = [y - 0.4 + height * (j + 0.5) for y in ys]
+            got = [(p, x) for p, x in zip(pos, vals) if x]
+            if got:
+                ax.barh([p for p, _ in got], [x for _, x in got], height=height, color=color, label=name)
+            for p, x in got:
+                ax.text(x * 1.05, p, f"{x:,.0f}", va="center", fontsize=7)
+        copy = c["copy_TBps"] * 1e12
+        floors = [copy * b / decode_step_bytes(dd["size"], prec, b, dd["steps"]) for _, dd, b, prec in cases]
+        ax.scatter(floors, list(ys), marker="|", s=900, color="k", zorder=3,
+                   label=f"floor: bytes a step reads / copy bandwidth ({c['copy_TBps']:.2f} TB/s, this run):\n"
+                         "the decode weights once at the step's precision, the LM head (its int8\n"
+                         "screen at batch 1), each row's KV cache up to its position")
+        for y, f in zip(ys, floors):
+            ax.text(f * 1.08, y, f"floor {f:,.0f}", fontsize=7, va="center")
+        ax.set_yticks(list(ys))
+        ax.set_yticklabels([label for label, *_ in cases])
+        ax.invert_yaxis()
         ax.set_xscale("log")
-        ax.set_xlabel("tokens/s (greedy, gpt2)")
-        ax.legend(fontsize=8)
-        ax.set_title("decode")
+        ax.set_xlim(right=max(floors) * 4)
+        ax.set_xlabel("tokens/s (greedy decode, median)")
+        ax.set_title(f"greedy decode after a {DECODE_PROMPT_LEN}-token prompt")
+        ax.grid(True, axis="x", which="major", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+    fig.suptitle(f"gpt2block on {r.get('gpu', 'the GPU')} (torch {r.get('torch', '?')})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
 
 
 def run_bench(out_dir, reps=20, quick=False, sections=("ceilings", "solve", "layernorm", "prefill", "decode",

@@ -25,7 +25,6 @@
 #include "attention.cu"
 #include "common.cuh"
 #include "gemm.cu"
-#define LN_MAX_VEC 6  // float4 per lane of a 768-wide row (layernorm.cu)
 #include "layernorm.cu"
 #include "layout.cuh"
 

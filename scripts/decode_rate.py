@@ -60,13 +60,7 @@ if __name__ == "__main__":
     ap.add_argument("--ahead", default="on", choices=["on", "off", "both"],
                     help="greedy_steps, one step queued ahead (on, as generate runs), or decode_greedy "
                          "step by step (off)")
-    ap.add_argument("--define", action="append", default=[], metavar="NAME[=VALUE]",
-                    help="an extra #define of decode_layers.cu (an A/B switch of the fused kernel); may repeat")
     a = ap.parse_args()
-    if a.define:
-        from gpt2block.backends.cuda import decode_layers as cuda_decode
-
-        cuda_decode.DEFINES = tuple((d.split("=", 1)[0], d.split("=", 1)[1] if "=" in d else 1) for d in a.define)
     w = ModelWeights.random(SIZES[a.size], seed=0)
     modes = {"on": [True], "off": [False], "both": [True, False], "auto": ["auto"]}
     for prec in a.precisions.split(","):

@@ -1,22 +1,16 @@
 """kernels/attention.cu on the GPU: prefill (f32, tf32x3, tf32) and decode against a float64 reference,
 with torch float32 (TF32 off) as the peer whose error sets the limit (at most 2x, plus one float32
-ulp of the output's scale). The cases and references are those of scripts/check_attention.py."""
-
-import importlib.util
-from pathlib import Path
+ulp of the output's scale). The checks are attention_checks.py's (beside this file)."""
 
 import numpy as np
 import pytest
 
-_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_attention.py"
-
 
 @pytest.fixture(scope="module")
 def chk(cp):
-    spec = importlib.util.spec_from_file_location("check_attention", _SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    import attention_checks  # imports CuPy: only where the GPU tests run
+
+    return attention_checks
 
 
 def _assert_all(results):

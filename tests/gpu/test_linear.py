@@ -2,27 +2,20 @@
 against a float64 reference on awkward shapes: fp32-mode variants (tf32x3 GEMM from M = 9, the
 smallest M that linear() gives it; float32 and bf16 GEMV below) within twice torch fp32's error,
 tf32 within 1e-3 of the output's scale.
-The cases are a subset of scripts/check_linear.py's (which runs the full lists and the timings);
-the checking functions are that script's."""
+The checking functions are linear_checks.py's (beside this file); the cases a subset of
+dev/check_linear.py's lists."""
 
-import importlib.util
-import sys
 import zlib
-from pathlib import Path
 
 import pytest
-
-_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_linear.py"
 
 
 def _load_checks():
     pytest.importorskip("cupy")
     pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location("check_linear", _SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up here
-    spec.loader.exec_module(mod)
-    return mod
+    import linear_checks  # imports CuPy and torch: only where the GPU tests run
+
+    return linear_checks
 
 
 def _case_id(c: dict) -> str:

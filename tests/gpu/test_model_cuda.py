@@ -159,6 +159,7 @@ def test_layernorm_schedules_give_the_same_bits(cp, d, rows, blocks):
     or more) and one (LN_DEPTH 2) run the same arithmetic on every row: bit-equal outputs, with 1 to 7
     rows a warp (the loop's exits after each of its three buffers), and at the benchmark's shape with
     the default grid (None: LN_BLOCKS_PER_SM per SM)."""
+    from gpt2block.backends.cuda import build
     from gpt2block.backends.cuda import ops as cuda_ops
     from gpt2block.backends.cuda.modules import kernel, launch, sm_count
 
@@ -172,8 +173,7 @@ def test_layernorm_schedules_give_the_same_bits(cp, d, rows, blocks):
     outs = []
     for depth in (3, 2):
         y = cp.full((rows, d), cp.nan, cp.float32)
-        k = kernel("layernorm", "layernorm_f32",
-                   (("LN_WARPS", cuda_ops.LN_WARPS), ("LN_MAX_VEC", -(-d // 128)), ("LN_DEPTH", depth)))
+        k = kernel("layernorm", "layernorm_f32", build.layernorm(d, depth))
         launch(k, (grid,), (32 * cuda_ops.LN_WARPS,),
                (x, g, b, y, cp.int32(rows), cp.int32(d), cp.int32(d), cp.int32(d), cp.float32(1e-5)))
         outs.append(cp.asnumpy(y))

@@ -193,7 +193,7 @@ def prefill_split_plan(s_q: int, s_kv: int, q_start: int, causal: bool, variant:
     of n key tiles in ceil(n / chunk) splits of balanced length), ``splits`` the most of any tile
     (grid.z); (0, 1): the plain kernel. The longest query tile in at most four splits of at least 4
     key tiles, where its key tiles number 8 to 32 (S = 512 .. 2048: what was measured; tf32 only for
-    causal, its non-causal 2048 was slower split). scripts/tune_attention_split.py at S = 1024,
+    causal, its non-causal 2048 was slower split). dev/tune_attention_split.py at S = 1024,
     12 heads, tf32x3f: causal 139 -> 86 us, non-causal 140 -> 123 us."""
     tiles = _tiles_needed(s_q, s_kv, q_start, causal)
     longest = max(tiles)

@@ -14,6 +14,7 @@ modules builds and caches it. Plain Python, no CuPy: the CPU tests import it.
     gemv_kmajor()                         kernels/gemv.cu's k-major kernels
     gemv_nt(n, k, mp, bf16, ln)           kernels/gemv.cu's nt kernels of mp tokens for an [n, k] product
     lm_screen(n, k, bf16)                 kernels/lm_screen.cu for an LM head [n, k]
+    layernorm(d, depth)                   kernels/layernorm.cu for rows of width d
     sampling()                            kernels/sampling.cu
     solve()                               kernels/solve.cu (the export: written at the top of solution.cu)
     MODULES                               each kernels/<name>.cu with the builds the product makes of it
@@ -74,6 +75,12 @@ LM_SCREEN_MAX_K = 256 * LM_SCREEN_MAX_J
 LM_SCREEN_ROWS = 8
 LM_SCREEN_ROWS_WIDE = 4
 LM_SCREEN_MIN_BLOCKS = 2
+
+# ---- layernorm.cu ---------------------------------------------------------------------------------------
+LN_WARPS = 4  # warps per block (one row each at a time)
+LN_MAX_VEC = 13  # float4 per lane at most: D <= 128 LN_MAX_VEC = 1664 (gpt2-xl: 1600)
+LN_MAX_D = 128 * LN_MAX_VEC
+LN_DEPTH3_VEC = (4, 5, 6)  # float4 per lane (D 385 to 768) at which a warp may hold three rows (LN_DEPTH 3)
 
 # ---- sampling.cu ---------------------------------------------------------------------------------------
 ARGMAX_THREADS = 256
@@ -234,6 +241,17 @@ def lm_screen_rows(j: int) -> int:
     return LM_SCREEN_ROWS if j <= 4 else LM_SCREEN_ROWS_WIDE
 
 
+def layernorm(d: int, depth: int = 2) -> tuple:
+    """layernorm.cu for rows of width d (LN_MAX_VEC = ceil(d / 128)), holding ``depth`` rows a warp (2; 3 only
+    at LN_DEPTH3_VEC)."""
+    if not 0 < d <= LN_MAX_D:
+        raise ValueError(f"layernorm runs D up to {LN_MAX_D}; got {d}")
+    vec = _cdiv(d, 128)
+    if depth not in (2, 3) or (depth == 3 and vec not in LN_DEPTH3_VEC):
+        raise ValueError(f"LN_DEPTH 3 is built for {LN_DEPTH3_VEC} float4 a lane only, else 2; got {depth} at D = {d}")
+    return (("LN_WARPS", LN_WARPS), ("LN_MAX_VEC", vec), ("LN_DEPTH", depth))
+
+
 def sampling() -> tuple:
     return (("ARGMAX_THREADS", ARGMAX_THREADS), ("ARGMAX_UNROLL", ARGMAX_UNROLL))
 
@@ -243,10 +261,11 @@ SOLVE_GEMM_TILE = (128, 128, 2, 4)  # solve.cu's GEMM tile (GEMM_BM, GEMM_BN, GE
 
 def solve() -> tuple:
     """kernels/solve.cu, the export's host code with the GEMM (both variants' kernels), attention and
-    LayerNorm it includes."""
+    LayerNorm (768 wide) it includes."""
     bm, bn, wm, wn = SOLVE_GEMM_TILE
     return ((("GEMM_BM", bm), ("GEMM_BN", bn), ("GEMM_WARPS_M", wm), ("GEMM_WARPS_N", wn), ("GEMM_BK", GEMM_BK),
-             ("GEMM_STAGES", GEMM_STAGES), ("GEMM_WITH_TF32", 1), ("GEMM_WITH_TF32X3", 1)) + attention())
+             ("GEMM_STAGES", GEMM_STAGES), ("GEMM_WITH_TF32", 1), ("GEMM_WITH_TF32X3", 1)) + attention()
+            + layernorm(768))
 
 
 class _Tile:  # the product's GEMM tiles, without importing linear (CuPy) here
@@ -275,7 +294,7 @@ def _modules() -> dict:
         "gemv": [gemv_kmajor()] + [gemv_nt(3 * d, d, mp, bf16, True) for d, mp, bf16 in
                                    ((768, 1, True), (1024, 1, False), (1600, 1, False), (768, 2, True), (768, 4, False),
                                     (768, 8, True))],
-        "layernorm": [()],
+        "layernorm": [layernorm(768, 3), layernorm(768), layernorm(1600), layernorm(104)],
         "lm_screen": [lm_screen(50257, 768, True), lm_screen(50257, 1600, False)],
         "sampling": [sampling()],
         "solve": [solve()],

@@ -184,14 +184,14 @@ class WgTile:
 
 
 # Per variant; speeds: TFLOP/s at the LM head's 1024 x 768 x 50257 (many waves) relative to 128 x 128
-# (scripts/check_wgmma.py, version 8; tf32x3: 95.1, 75.5, 69.2, 74.7, 62.5; tf32, one k tile at a
+# (dev/check_gemm_wgmma.py, version 8; tf32x3: 95.1, 75.5, 69.2, 74.7, 62.5; tf32, one k tile at a
 # time: 167.9, 156.1, 124.5, 99.9, 126.1, 96.6), tf32x3's one-consumer tiles marked down to what they
 # gave at M = 1024's block shapes. 48 columns make 128 blocks of N = 768 (132 SMs): proj / mlp tf32x3
 # 52 / 69 TFLOP/s, against 35 / 56 on 128 x 64. tf32x3 has no 192-column tile: its part registers
 # spill there.
 # Split K (version 19): 128 x 192 in clusters of 3 blocks (96 blocks at N = 768) for tf32's mlp
-# (K = 3072): 128x48 118.7 -> 143.4 TFLOP/s (check_wgmma.py), solve tf32 back to back 158.8 -> 148.2 us
-# (scripts/tune_split_k.py, docs/bench/2026-11-22-v19). Not at proj's K = 768 (each block 8 k tiles: solve
+# (K = 3072): 128x48 118.7 -> 143.4 TFLOP/s (dev/check_gemm_wgmma.py), solve tf32 back to back 158.8 -> 148.2 us
+# (dev/tune_split_k.py; docs/PERFORMANCE.md, version 19). Not at proj's K = 768 (each block 8 k tiles: solve
 # slower), hence WG_SPLIT_MIN_K; clusters of 4 measured 99.9, 128 x 128 / 2 128.5, 64 x 192 / 2 130.4;
 # tf32x3's 128 x 128 / 2 73.5 against 72.6 (not kept).
 WG_TILES = {

@@ -15,14 +15,10 @@ import numpy as np
 from . import build
 from .modules import kernel, launch, sm_count
 
-LN_WARPS = 4
+LN_WARPS = build.LN_WARPS
 LN_BLOCKS_PER_SM = 4  # layernorm's grid at most this many blocks per SM (each warp then takes
 # several rows, loading the next while it stores the current); tuned on the H200 (docs/PERFORMANCE.md)
-LN_MAX_VEC = 13  # layernorm.cu holds a row in registers: D <= 128 * LN_MAX_VEC (a module per
-# ceil(D / 128), so a narrow row does not pay a wide row's registers)
-LN_MAX_D = 128 * LN_MAX_VEC
-LN_DEPTH3_VEC = (4, 5, 6)  # float4 per lane (D 385 to 768) at which layernorm.cu may hold three rows a warp
-LN_DEFINES: tuple = ()  # extra #defines of layernorm_f32 (A/B runs: LN_LOAD_HINT, LN_STORE_HINT)
+LN_MAX_D = build.LN_MAX_D
 ARGMAX_THREADS = build.ARGMAX_THREADS
 ARGMAX_CHUNK = build.ARGMAX_CHUNK  # logits per block: ARGMAX_UNROLL loads per thread (sampling.cu)
 
@@ -84,9 +80,8 @@ def layernorm(x, g, b, y, eps: float, blocks: int | None = None) -> None:
     elif not 1 <= blocks <= most:
         raise ValueError(f"layernorm of {rows} rows takes 1 to {most} blocks; got {blocks}")
     # two rows loaded ahead where some warp takes three or more and the width allows (layernorm.cu)
-    depth = 3 if vec in LN_DEPTH3_VEC and rows > 2 * LN_WARPS * blocks else 2
-    k = kernel("layernorm", "layernorm_f32",
-               (("LN_WARPS", LN_WARPS), ("LN_MAX_VEC", vec), ("LN_DEPTH", depth)) + LN_DEFINES)
+    depth = 3 if vec in build.LN_DEPTH3_VEC and rows > 2 * LN_WARPS * blocks else 2
+    k = kernel("layernorm", "layernorm_f32", build.layernorm(d, depth))
     # programmatic: inside programmatic_launches() it starts as the kernel ahead finishes (layernorm.cu)
     launch(k, (blocks,), (32 * LN_WARPS,),
            (x, g, b, y, cp.int32(rows), cp.int32(d), cp.int32(xs), cp.int32(ys), cp.float32(eps)), programmatic=True)

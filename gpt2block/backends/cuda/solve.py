@@ -193,8 +193,8 @@ def solve_device(x, output, weights, seq_len: int, precision: str = "fp32", d: i
             # attention. "main_first": W_qkv's on this stream, before the LayerNorm. "start"
             # (version 17): all four on the side stream at the start; the LayerNorm, which does not
             # depend on them, started only as the last began (25 us in). (In a graph, the root queued
-            # second starts 12-19 us after the first in a lone call, scripts/timeline_solve.py; back
-            # to back it costs nothing and side_first measured fastest, scripts/tune_solve_planes.py.)
+            # second starts 12-19 us after the first in a lone call, dev/timeline_solve.py; back
+            # to back it costs nothing and side_first measured fastest, dev/tune_solve_planes.py.)
             sched = SOLVE_PLANES_SCHEDULE
             if sched == "start":
                 make_planes(MATRICES, graphs.fork)
