@@ -92,6 +92,24 @@ def test_no_switch_defaults_left():
         assert not got, f"kernels/{f} keeps defaults for {got}"
 
 
+def test_host_constants_are_read_from_build():
+    """No host module but build.py states a kernel constant as a number of its own: a line such as
+    ``GEMV_MAX_M = 8  # = GEMV_MAX_M in kernels/gemv.cu`` is what build.py replaces."""
+    from pathlib import Path
+
+    kernel_names = _owned() | {n for f in KERNEL_FILES for n in _DEFINE.findall(_text(f))}
+    folder = Path(build.__file__).parent
+    assign = re.compile(r"^\s*(_?[A-Z][A-Z0-9_]*)(?:\s*,\s*_?[A-Z][A-Z0-9_]*)*\s*=\s*[\d(]", re.M)
+    for py in sorted(folder.glob("*.py")):
+        if py.name in ("build.py", "decode_layers.py"):  # decode_layers: see test_no_switch_defaults_left
+            continue
+        for line in py.read_text().splitlines():
+            if not assign.match(line):
+                continue
+            names = set(re.findall(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b", line)) & kernel_names
+            assert not names, f"{py.name}: {line.strip()!r} restates {sorted(names)}; read it from build.py"
+
+
 def test_derived_values():
     assert build.GEMV_RPP == build.GEMV_THREADS // build.GEMV_TPR
     assert build.ARGMAX_CHUNK == build.ARGMAX_UNROLL * build.ARGMAX_THREADS
