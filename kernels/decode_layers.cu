@@ -61,63 +61,33 @@
 #include "common.cuh"
 #include "mma.cuh"  // smem_u32
 
-#define DL_THREADS 256
+// Build parameters (gpt2block/backends/cuda/build.py; the host sizes the shared memory, scratch and
+// layer table by them): DL_THREADS compute threads (the block has a producer warp besides), DL_PAD
+// elements after each weight row of a stage and each activation row (bank spread), DL_MAX_M tokens,
+// DL_MAX_STAGES ring stages, DL_MAX_LAYERS layers (gpt2-xl's 48), DL_KEYS keys per attention task.
+#ifndef DL_THREADS
+#error "DL_THREADS is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef DL_PAD
+#error "DL_PAD is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef DL_MAX_M
+#error "DL_MAX_M is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef DL_MAX_STAGES
+#error "DL_MAX_STAGES is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef DL_MAX_LAYERS
+#error "DL_MAX_LAYERS is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef DL_KEYS
+#error "DL_KEYS is set by gpt2block/backends/cuda/build.py"
+#endif
 #define DL_WARPS (DL_THREADS / 32)
 #define DL_ROWS DL_WARPS  // weight rows per stage: one per warp
-#define DL_PAD 16  // elements after each weight row of a stage and each activation row (bank spread)
-#define DL_MAX_M 8
-#define DL_MAX_STAGES 16
-#define DL_MAX_LAYERS 48  // gpt2-xl
 #define DL_CHUNK 2  // weight stages a warp works on at once, at most (the matrix phase's CHUNK)
-#define DL_KEYS 64  // keys per attention task
 #define DL_GROUPS (DL_THREADS / 16)  // 16-lane groups of an attention task
 #define DL_BARRIER_SPINS (1u << 24)  // polls before a grid barrier gives up (__trap)
-
-// Tracing (compiled in with -DDL_TRACE, scripts/trace_decode_layers.py): thread 0 of the first
-// and the last block write clock64() at each phase's start and end: dl_trace[first / last][i],
-// i = 10 * layer + 2 * phase (+1 for the end), phases in the order QKV, ATT, PROJ, FC, PROJ2.
-// dl_detail[4 * layer + matrix phase][0..3]: the first block's thread 0's cycles in a matrix
-// phase waiting for its stages' weights to land ([0]) and in all ([1]); clock64() when the
-// phase's inputs had landed ([3]) and when its arithmetic began, after the LayerNorm ([2]).
-#ifdef DL_TRACE
-__device__ long long dl_trace[2][10 * 64];
-__device__ long long dl_detail[4 * 64][4];
-__device__ long long dl_inputs_end;
-__device__ long long dl_chunk[2][4 * 64][8][3];  // first block, warps 0 and 1: per chunk, acquired / summed / stored
-__device__ long long dl_tail[64][4];  // first block, thread 0: clock64() when each matrix phase returned
-__device__ long long dl_clock_pair[4];  // first block: clock64 and globaltimer (ns) at start and end
-// The first block's clock64 and globaltimer together, into dl_clock_pair[i] and [i + 1].
-__device__ __forceinline__ void dl_trace_clock_pair(int i) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-        unsigned long long ns;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-        dl_clock_pair[i] = clock64();
-        dl_clock_pair[i + 1] = (long long)ns;
-    }
-}
-#define DL_CLOCK(v) long long v = clock64()
-// warps 0 and 1 of the first block: clock64() at point k (0 acquired, 1 summed, 2 stored) of chunk c
-#define DL_CHUNK_STAMP(l, p, c, k)                                                                        \
-    do {                                                                                                  \
-        if (blockIdx.x == 0 && (threadIdx.x & ~32) == 0 && (l) < 64 && (c) < 8)                          \
-            dl_chunk[threadIdx.x >> 5][4 * (l) + (p)][c][k] = clock64();                                  \
-    } while (0)
-#define DL_TAIL(l, p)                                                          \
-    do {                                                                       \
-        if (threadIdx.x == 0 && blockIdx.x == 0 && (l) < 64) dl_tail[l][p] = clock64(); \
-    } while (0)
-#define DL_ADD_WAIT(from) (t_wait += clock64() - (from))
-#define DL_STAMP(i)                                                                     \
-    do {                                                                                \
-        if (threadIdx.x == 0 && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1) && (i) < 640) \
-            dl_trace[blockIdx.x != 0][i] = clock64();                                   \
-    } while (0)
-#else
-#define DL_STAMP(i) (void)(i)
-#define DL_TAIL(l, p)
-#define DL_CLOCK(v)
-#define DL_ADD_WAIT(from)
-#endif
 
 // One block's weights, as cuda/decode_layers.py packs them (12 device pointers).
 struct DecodeLayer {
@@ -213,9 +183,6 @@ struct DlRing {
     unsigned long long* bars;  // [2][n_stages]: full, then empty
     int n_stages, D, rs;  // rs = D + DL_PAD: a stage's row stride, elements
     int slot, parity;  // the compute side: the next stage's slot and its phase parity
-#ifdef DL_TRACE
-    long long t_wait;  // cycles thread 0 waited for weights in the current phase
-#endif
 
     __device__ unsigned full(int s) const { return smem_u32(bars + s); }
     __device__ unsigned empty(int s) const { return smem_u32(bars + n_stages + s); }
@@ -259,12 +226,10 @@ struct DlRing {
     // The compute side: the next n stages (n <= n_stages), landed (every compute thread waits);
     // stage j of them is at stage(j), [DL_ROWS][rs] (D weights a row).
     __device__ void acquire(int n) {
-        DL_CLOCK(t0);
         for (int j = 0; j < n; ++j) {
             const int s = slot + j;
             dl_mbar_wait(full(s < n_stages ? s : s - n_stages), s < n_stages ? parity : parity ^ 1);
         }
-        DL_ADD_WAIT(t0);
     }
     __device__ const T* stage(int j) const {
         const int s = slot + j;
@@ -403,9 +368,6 @@ __device__ __forceinline__ void dl_phase_inputs(const DlStep& st, int P, const D
         sm.res[mt * sm.rmax + jt] = __ldcg(st.x + (long long)mt * D + geo.lo + jt);
     }
     dl_sync();
-#ifdef DL_TRACE
-    if (blockIdx.x == 0 && threadIdx.x == 0) dl_inputs_end = clock64();
-#endif
 }
 
 // act [M][D] <- LayerNorm(act; ln_g, ln_b) in place. Warp m forms row m's float64 sums (the
@@ -458,17 +420,6 @@ __device__ __forceinline__ void dl_store_output(const DlStep& st, const DlSmem& 
     }
 }
 
-#ifdef DL_TRACE
-// The first block's thread 0 at the end of matrix phase P (scripts/trace_decode_layers.py).
-__device__ __forceinline__ void dl_trace_phase_end(long long t_wait, int layer, int P, long long t_phase) {
-    if (blockIdx.x == 0 && threadIdx.x == 0 && layer < 64) {
-        dl_detail[4 * layer + P][0] = t_wait;
-        dl_detail[4 * layer + P][1] = clock64() - t_phase;
-        dl_detail[4 * layer + P][2] = t_phase;
-        dl_detail[4 * layer + P][3] = dl_inputs_end;
-    }
-}
-#endif
 
 // Matrix phase P for this block's rows [r0, r1), MP >= M tokens (1, 2, 4 or 8). The rows come in
 // row groups of DL_ROWS, one per stage and segment (K = nseg * D); warp w takes row w of each
@@ -493,10 +444,6 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
     constexpr int CHUNK = MP >= 4 ? 2 : 1;
     const int cmax = min(CHUNK, ring.n_stages);
     const float* act = sm.act;
-#ifdef DL_TRACE
-    ring.t_wait = 0;
-    const long long t_phase = clock64();
-#endif
     float carry[MP];  // K = 4D: the row's sum over the chunks so far
 #pragma unroll
     for (int m = 0; m < MP; ++m) carry[m] = 0.0f;
@@ -513,10 +460,6 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
 #pragma unroll
             for (int m = 0; m < MP; ++m) acc[j][m] = 0.0f;
         ring.acquire(c);
-#ifdef DL_TRACE
-        const int chunk_i = nseg == 1 ? g : g * nseg + seg0;
-        DL_CHUNK_STAMP(layer, P, chunk_i, 0);
-#endif
         const T* w[DL_CHUNK];
 #pragma unroll
         for (int j = 0; j < DL_CHUNK; ++j) w[j] = ring.stage(j < c ? j : 0) + warp * ring.rs;
@@ -548,9 +491,6 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
             }
         }
         ring.release(c);
-#ifdef DL_TRACE
-        DL_CHUNK_STAMP(layer, P, chunk_i, 1);
-#endif
 
         const int tok = lane / (32 / MP);
         const bool writer = lane % (32 / MP) == 0 && tok < M;
@@ -562,9 +502,6 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
                 if (writer) dl_store_output<P>(st, sm, layer, tok, r0 + (g + j) * DL_ROWS + warp, r0, s);
             }
             g += c;
-#ifdef DL_TRACE
-            DL_CHUNK_STAMP(layer, P, chunk_i, 2);
-#endif
         } else {  // segments of one row: their partial sums into carry, in segment order
 #pragma unroll
             for (int j = 0; j < DL_CHUNK; ++j)
@@ -583,9 +520,6 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
             ++g;
         }
     }
-#ifdef DL_TRACE
-    dl_trace_phase_end(ring.t_wait, layer, P, t_phase);
-#endif
 }
 
 // Matrix phase P at one token (M = 1), the activations in registers. A warp's row dot product
@@ -598,9 +532,7 @@ __device__ __forceinline__ void dl_matrix_phase_m(const DlStep& st, DlRing<T>& r
 // 4, docs/PERFORMANCE.md version 11): K = D, one row per stage (rows w, w + 8, ...), their sums in
 // one warp_sums; K = 4D (PROJ2), the row's segments, each against its activations read from
 // shared memory. Four accumulators per row.
-#ifndef DL_CHUNK1
 #define DL_CHUNK1 1
-#endif
 
 __shared__ double2 dl_ln_part[DL_WARPS];  // the warps' LayerNorm sums (dl_layernorm_regs)
 
@@ -662,19 +594,11 @@ __device__ __forceinline__ void dl_matrix_phase_1(const DlStep& st, DlRing<T>& r
                 a[i][v] = lane + 32 * i < npc ? act4[(lane + 32 * i) * V + v] : make_float4(0.f, 0.f, 0.f, 0.f);
         if (P == 0 || P == 2) dl_layernorm_regs<NP, V>(sm, a, npc, inv_d, st.eps);
     }
-#ifdef DL_TRACE
-    ring.t_wait = 0;
-    const long long t_phase = clock64();
-    int chunk_i = 0;
-#endif
     const int cmax = min(DL_CHUNK1, ring.n_stages);
     float carry = 0.0f;  // K = 4D: the row's sum over the chunks so far
     for (int g = 0, seg0 = 0; g < ngroups;) {
         const int c = nseg == 1 ? min(cmax, ngroups - g) : min(cmax, nseg - seg0);
         ring.acquire(c);
-#ifdef DL_TRACE
-        DL_CHUNK_STAMP(layer, P, chunk_i, 0);
-#endif
         float acc[DL_CHUNK1];
 #pragma unroll
         for (int j = 0; j < DL_CHUNK1; ++j) {
@@ -701,26 +625,16 @@ __device__ __forceinline__ void dl_matrix_phase_1(const DlStep& st, DlRing<T>& r
             acc[j] = (c4[0] + c4[1]) + (c4[2] + c4[3]);
         }
         ring.release(c);
-#ifdef DL_TRACE
-        DL_CHUNK_STAMP(layer, P, chunk_i, 1);
-#endif
         if (nseg == 1) {  // c rows: lane l has row l / 8's sum
             const float s = warp_sums<DL_CHUNK1>(acc, lane);
             const int j = lane / (32 / DL_CHUNK1), row = r0 + (g + j) * DL_ROWS + warp;
             if (lane % (32 / DL_CHUNK1) == 0 && j < c && row < r1) dl_store_output<P>(st, sm, layer, 0, row, r0, s);
             g += c;
-#ifdef DL_TRACE
-            DL_CHUNK_STAMP(layer, P, chunk_i, 2);
-            ++chunk_i;
-#endif
         } else {  // segments of one row, added in segment order
 #pragma unroll
             for (int j = 0; j < DL_CHUNK1; ++j)
                 if (j < c) carry += acc[j];
             seg0 += c;
-#ifdef DL_TRACE
-            ++chunk_i;
-#endif
             if (seg0 < nseg) continue;
             const int row = r0 + g * DL_ROWS + warp;
             if (row < r1) {
@@ -732,9 +646,6 @@ __device__ __forceinline__ void dl_matrix_phase_1(const DlStep& st, DlRing<T>& r
             ++g;
         }
     }
-#ifdef DL_TRACE
-    dl_trace_phase_end(ring.t_wait, layer, P, t_phase);
-#endif
 }
 
 // Matrix phase P for 2 to 8 tokens on the tensor cores (mma.sync m16n8k8, TF32 inputs, float32
@@ -750,12 +661,8 @@ __device__ __forceinline__ void dl_matrix_phase_1(const DlStep& st, DlRing<T>& r
 // 3xTF32 GEMMs); bf16 weights are exact in TF32, so two. The warps' partial sums meet in shared
 // memory and are added in warp order. Row strides D + DL_PAD (weights) and K + DL_PAD
 // (activations) keep the lanes' loads on distinct banks.
-#ifndef DL_CHUNK_TC
 #define DL_CHUNK_TC 2
-#endif
-#ifndef DL_TC_UNROLL
 #define DL_TC_UNROLL 2
-#endif
 __shared__ __align__(16) float dl_red[2][DL_CHUNK_TC][DL_WARPS][64];  // [chunk parity][stage][warp][row x token]
 
 template <typename T>
@@ -802,10 +709,6 @@ __device__ __forceinline__ void dl_matrix_phase_tc(const DlStep& st, DlRing<T>& 
     const int r0 = dl_geo[P].lo, r1 = dl_geo[P].hi;
     const int ngroups = (r1 - r0 + DL_ROWS - 1) / DL_ROWS;
     const float* actg = sm.act + min(g, M - 1) * (K + DL_PAD) + 4 * t;  // token g's row at this lane
-#ifdef DL_TRACE
-    ring.t_wait = 0;
-    const long long t_phase = clock64();
-#endif
     const int cmax = min(CH, ring.n_stages);
     float acc[CH][3][4];  // K = 4D: kept over a row group's segments
 #pragma unroll
@@ -864,9 +767,6 @@ __device__ __forceinline__ void dl_matrix_phase_tc(const DlStep& st, DlRing<T>& 
         seg0 = 0;
         // (red[parity] is written again two chunks on, after the dl_sync of the next one)
     }
-#ifdef DL_TRACE
-    dl_trace_phase_end(ring.t_wait, layer, P, t_phase);
-#endif
 }
 
 // The matrix phase for the step's M tokens (its LayerNorm included for QKV and FC): at one token
@@ -878,24 +778,17 @@ __device__ __forceinline__ void dl_matrix_phase(const DlStep& st, DlRing<T>& rin
                                                 double inv_d) {
     constexpr int SMALL = sizeof(T) == 4 ? 6 : 3, LARGE = sizeof(T) == 4 ? 0 : 7;
     const int npl = (st.D / (16 / (int)sizeof(T)) + 31) / 32;  // pieces of a row per lane
-#ifndef DL_NO_REGS1  // (an A/B switch: one token on the shared-memory path)
+    // one token: the activations in registers (the shared-memory path measured slower)
     if (st.M == 1 && npl <= SMALL) return dl_matrix_phase_1<T, P, SMALL>(st, ring, sm, layer, inv_d);
     if constexpr (LARGE > 0) {  // float32 from D = 1024 on: measured slower (gpt2-xl 421 vs 435 tok/s)
         if (st.M == 1 && npl <= LARGE) return dl_matrix_phase_1<T, P, LARGE>(st, ring, sm, layer, inv_d);
     }
-#endif
     if (P == 0 || P == 2) dl_layernorm_act(sm, st.M, st.D, inv_d, st.eps);
-#ifndef DL_NO_TC  // (A/B switches: DL_NO_TC, 2 to 8 tokens on the FMA path; DL_TC_F32, float32 too)
-#ifdef DL_TC_F32
-    constexpr bool tc = true;
-#else
     constexpr bool tc = sizeof(T) == 2;  // float32: 3 products a k-step, measured no faster (13,404 vs 13,436 tok/s)
-#endif
     if constexpr (tc) {  // from 5 tokens: at 2 and 4 the FMA path was faster (gpt2 bf16 5,875 vs 5,087
                          // and 9,402 vs 9,277 tok/s), at 8 slower (13,286 vs 15,000)
         if (st.M > 4) return dl_matrix_phase_tc<T, P>(st, ring, sm, layer);
     }
-#endif
     if (st.M == 1) dl_matrix_phase_m<T, P, 1>(st, ring, sm, layer);
     else if (st.M == 2) dl_matrix_phase_m<T, P, 2>(st, ring, sm, layer);
     else if (st.M <= 4) dl_matrix_phase_m<T, P, 4>(st, ring, sm, layer);
@@ -1050,9 +943,6 @@ __device__ __forceinline__ void decode_layers_body(const DlStep& st, unsigned* b
         if (threadIdx.x == DL_THREADS) ring.produce(st.n_layer);
         return;
     }
-#ifdef DL_TRACE
-    dl_trace_clock_pair(0);
-#endif
     DlParams q;
     dl_params_fetch(0, 0, D, q);
     pdl_wait();
@@ -1064,44 +954,26 @@ __device__ __forceinline__ void decode_layers_body(const DlStep& st, unsigned* b
     const double inv_d = ln_inv_n(D);
     unsigned target = 0;
     for (int layer = 0; layer < st.n_layer; ++layer) {
-        const int t = 10 * layer;
         if (layer > 0) dl_grid_sync(barrier, target);
-        DL_STAMP(t);
         dl_phase_inputs(st, 0, q, sm, st.x);
         dl_matrix_phase<T, 0>(st, ring, sm, layer, inv_d);
-        DL_TAIL(layer, 0);
         dl_params_fetch(layer, 1, D, q);  // PROJ's, held through ATT
-        DL_STAMP(t + 1);
         dl_grid_sync(barrier, target);
-        DL_STAMP(t + 2);
         if (layer == st.n_layer - 1) pdl_trigger();  // every block is resident by now
         dl_attention_phase(st, layer);
-        DL_STAMP(t + 3);
         dl_grid_sync(barrier, target);
-        DL_STAMP(t + 4);
         dl_phase_inputs(st, 1, q, sm, st.att);
         dl_matrix_phase<T, 1>(st, ring, sm, layer, inv_d);
-        DL_TAIL(layer, 1);
         dl_params_fetch(layer, 2, D, q);
-        DL_STAMP(t + 5);
         dl_grid_sync(barrier, target);
-        DL_STAMP(t + 6);
         dl_phase_inputs(st, 2, q, sm, st.x);
         dl_matrix_phase<T, 2>(st, ring, sm, layer, inv_d);
-        DL_TAIL(layer, 2);
         dl_params_fetch(layer, 3, D, q);
-        DL_STAMP(t + 7);
         dl_grid_sync(barrier, target);
-        DL_STAMP(t + 8);
         dl_phase_inputs(st, 3, q, sm, st.hid);
         dl_matrix_phase<T, 3>(st, ring, sm, layer, inv_d);
-        DL_TAIL(layer, 3);
         if (layer + 1 < st.n_layer) dl_params_fetch(layer + 1, 0, D, q);
-        DL_STAMP(t + 9);
     }
-#ifdef DL_TRACE
-    dl_trace_clock_pair(2);
-#endif
     // Leave the counter zero for the next launch: the last block to arrive here (after every
     // block has passed its last wait) resets it.
     dl_sync();

@@ -1,5 +1,5 @@
 """The fused decode step: every transformer block of a decode step in one persistent kernel
-(kernels/decode_layers.cu), for batches of up to GEMV_MAX_M tokens.
+(kernels/decode_layers.cu), for batches of up to DL_MAX_M (8) tokens.
 
 ``DecodeLayers(block_views, dec_mats, config)`` packs each block's device pointers once (the
 kernel's DecodeLayer table) and owns the kernel's scratch (attention partials, tickets, the grid
@@ -16,23 +16,23 @@ import cupy as cp
 import numpy as np
 
 from ...config import HEAD_DIM, GPT2Config
-from .linear import GEMV_MAX_M
+from . import build
 from .modules import kernel, launch, sm_count
 
-THREADS = 256  # DL_THREADS: the compute threads; the block has a producer warp besides
-ROWS = 8  # DL_ROWS: weight rows per stage
-PAD = 16  # DL_PAD: elements after each stage row and activation row
-MAX_STAGES = 16  # DL_MAX_STAGES
+THREADS = build.DL_THREADS  # the compute threads; the block has a producer warp besides
+ROWS = THREADS // 32  # DL_ROWS: weight rows per stage, one per warp
+PAD = build.DL_PAD  # elements after each stage row and activation row
+MAX_STAGES = build.DL_MAX_STAGES
 RING_STAGES = 4  # the ring's depth where more would fit: 4 stages ran faster than 3, 6, 8 or all that fit
 # (gpt2 fp32 / bf16 b1 +1.6% / +1.9%, bf16 b8 +1.7%, fp32 b8 and gpt2-xl b1 unchanged; docs/PERFORMANCE.md
 # version 13): a deeper ring keeps more weight copies queued ahead of the phases' own memory accesses
-KEYS = 64  # DL_KEYS: keys per attention task
-MAX_LAYERS = 48  # DL_MAX_LAYERS
+KEYS = build.DL_KEYS  # keys per attention task
+MAX_LAYERS = build.DL_MAX_LAYERS
+MAX_M = build.DL_MAX_M
 PHASE_MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")  # the kernel's phases 0..3
 PHASE_BIASES = ("b_qkv", "b_attn", "b_fc", "b_proj")
 LN_FIELDS = ("ln1_g", "ln1_b", "ln2_g", "ln2_b")
 _SMEM_SPARE = 1024  # bytes of an SM's shared memory the driver keeps per block
-DEFINES: tuple = ()  # extra #defines of decode_layers.cu (tracing and tuning runs: DL_TRACE)
 
 
 @dataclass(frozen=True)
@@ -67,12 +67,13 @@ class DecodeLayers:
         self.table = cp.asarray(table)
         h = c.n_embd // HEAD_DIM
         splits = -(-c.n_positions // KEYS)
-        self.part_acc = cp.empty(GEMV_MAX_M * h * splits * HEAD_DIM, cp.float32)
-        self.part_ml = cp.empty(GEMV_MAX_M * h * splits * 2, cp.float32)
-        self.tickets = cp.zeros(GEMV_MAX_M * h, cp.int32)
+        self.part_acc = cp.empty(MAX_M * h * splits * HEAD_DIM, cp.float32)
+        self.part_ml = cp.empty(MAX_M * h * splits * 2, cp.float32)
+        self.tickets = cp.zeros(MAX_M * h, cp.int32)
         self.barrier = cp.zeros(1, cp.uint32)
         self._plans: dict = {}
-        self.kernel = kernel("decode_layers", "decode_layers_bf16" if self.bf16 else "decode_layers_f32", DEFINES)
+        self.kernel = kernel("decode_layers", "decode_layers_bf16" if self.bf16 else "decode_layers_f32",
+                             build.decode_layers())
 
     def plan(self, m: int) -> Plan | None:
         """The ring depth and shared memory for a batch of m, or None where it does not fit
@@ -85,7 +86,7 @@ class DecodeLayers:
         d = self.config.n_embd
         grid = sm_count()
         rmax = -(-4 * d // grid)  # rows of a phase per block, at most
-        if not 1 <= m <= GEMV_MAX_M or d % HEAD_DIM or d > 8 * THREADS or rmax > THREADS:
+        if not 1 <= m <= MAX_M or d % HEAD_DIM or d > 8 * THREADS or rmax > THREADS:
             return None
         if int(cp.cuda.Device().compute_capability) < 90:  # bulk copies, mbarrier byte counts
             return None
