@@ -1,4 +1,4 @@
-"""cuda_linear.gemv_nt_plan, the one-token and batched nt GEMVs' grids (warps per row group, blocks) on a
+"""cuda/linear.gemv_nt_plan, the one-token and batched nt GEMVs' grids (warps per row group, blocks) on a
 132-SM device, for every GPT-2 width's decode products: as measured best (docs/PERFORMANCE.md); and the
 one-token builds' #defines. Run in a subprocess with CuPy stubbed out (CI has none; both are host arithmetic)."""
 

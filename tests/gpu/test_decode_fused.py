@@ -125,7 +125,7 @@ def test_batch_too_large_for_shared_memory_falls_back():
 ])
 def test_auto_picks_the_fused_step_where_it_measured_faster(d, precision, want):
     """fused_decode="auto" (the default) by width and weight precision, as the decode-path table states
-    from the measured rates (cuda_decode_paths; docs/PERFORMANCE.md, versions 15 and 17): bf16 weights at
+    from the measured rates (backends/cuda/decode_paths.py; docs/PERFORMANCE.md, versions 15 and 17): bf16 weights at
     d = 1600; there a batch of 8 does not fit one SM's shared memory and runs five kernels whatever the
     choice."""
     r = _runner(_weights(d, n_layer=1), precision, fused="auto")

@@ -1,4 +1,4 @@
-"""The matrix kernels (kernels/gemm.cu, kernels/gemv.cu through backends/cuda_linear.py)
+"""The matrix kernels (kernels/gemm.cu, kernels/gemv.cu through backends/cuda/linear.py)
 against a float64 reference on awkward shapes: fp32-mode variants (tf32x3 GEMM from M = 9, the
 smallest M that linear() gives it; float32 and bf16 GEMV below) within twice torch fp32's error,
 tf32 within 1e-3 of the output's scale.
@@ -257,7 +257,7 @@ def test_gemm_planes_bad_arguments(wgmma):
         L.gemm_planes(cp.zeros((16, 12), cp.float32), p, bias, out)
     with pytest.raises(ValueError, match="a must be 16-byte aligned"):
         L.gemm_planes(cp.zeros(16 * 8 + 1, cp.float32)[1:].reshape(16, 8), p, bias, out)
-    with pytest.raises(ValueError, match="p must be cuda_linear.Planes"):
+    with pytest.raises(ValueError, match="p must be linear.Planes"):
         L.gemm_planes(a, p.data, bias, out)
     with pytest.raises(ValueError, match="out must have shape"):
         L.gemm_planes(a, p, bias, cp.zeros((16, 13), cp.float32))
