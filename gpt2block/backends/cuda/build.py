@@ -4,7 +4,7 @@ A kernel carries no default for what is set here (``#ifndef NAME`` / ``#error "N
 gpt2block/backends/cuda/build.py"``), and the host code that plans a launch (grids, shared memory,
 plans) reads the same values from here, so the two cannot drift apart (tests/test_build_params.py).
 Each function returns one module's defines, ``((NAME, VALUE), ...)``, the key under which
-modules builds and caches it. Plain Python, no CuPy: the CPU tests import it.
+modules.py builds and caches it. Plain Python, no CuPy: the CPU tests import it.
 
     attention(ranks)                      kernels/attention.cu (prefill, and decode with ranks blocks a cluster)
     attention_wgmma()                     kernels/attention_wgmma.cu

@@ -85,9 +85,9 @@ BLOCKS = (
         "resident at once",
         "version 35: gpt2 bf16 b1 6,977-7,044 tok/s against the five kernels' 6,631-6,700 (+4 to +6%), each "
         "pair in one process; version 36: 7,540-7,562"),
-    Row("layers", lambda s: (1 <= s.batch <= build.GEMV_MAX_M and s.precision == "bf16" and s.n_embd >= LAYERS_MIN_D
+    Row("layers", lambda s: (1 <= s.batch <= build.DL_MAX_M and s.precision == "bf16" and s.n_embd >= LAYERS_MIN_D
                              and s.cc >= 90),
-        "batch 1 to GEMV_MAX_M, bf16 weights, n_embd >= 1600 (gpt2-xl), compute capability 9.0 and up, the "
+        "batch 1 to DL_MAX_M (8), bf16 weights, n_embd >= 1600 (gpt2-xl), compute capability 9.0 and up, the "
         "batch's activations and two weight stages in one SM's shared memory (not batch 8 at 1600)",
         "version 17: gpt2-xl bf16 b1 595 tok/s against the five kernels' 569 (fp32 437 against 469); slower "
         "everywhere else (versions 15 and 17: gpt2 bf16 b1 3,639 against 4,123, b8 16,456 against 21,135; "
@@ -140,7 +140,7 @@ def decode_path(batch: int, n_embd: int, precision: str, cc: int, *, logits: boo
         if row.kind == "layers":
             if layers is False:
                 continue
-            takes = row.when(s) if layers == "auto" else 1 <= batch <= build.GEMV_MAX_M and s.cc >= 90
+            takes = row.when(s) if layers == "auto" else 1 <= batch <= build.DL_MAX_M and s.cc >= 90
         else:
             takes = row.when(s)
         if takes and (row.kind not in ("cluster", "layers") or runs(row.kind)):
