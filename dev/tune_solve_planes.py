@@ -4,7 +4,7 @@
     python dev/tune_solve_planes.py [--seq 1024] [--rounds 2] [--reps 50]
         [--schedules start,side_first,main_first] [--planes-n 64]
 
-For each round, schedule (cuda.SOLVE_PLANES_SCHEDULE) and width (cuda_linear.PLANES_N): the solve
+For each round, schedule (cuda.SOLVE_PLANES_SCHEDULE) and width (cuda/build.py's GW_PLANES_N): the solve
 graphs are dropped (so the call is captured anew), then solve() at seq_len in fp32 and tf32 is
 timed as bench.bench_solve times it (median ms between CUDA events, `--reps` calls after warm-up),
 on the challenge's random block; the torch peers (fp32 reference block, TF32 + SDPA) are timed once
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gpt2block  # noqa: E402
 from gpt2block import bench  # noqa: E402
 from gpt2block.backends.cuda import solve as cuda  # noqa: E402
-from gpt2block.backends.cuda import linear as cuda_linear  # noqa: E402
+from gpt2block.backends.cuda import build  # noqa: E402
 from gpt2block.layout import block_layout  # noqa: E402
 
 
@@ -53,7 +53,7 @@ def main() -> int:
         print(f"round {r + 1}: torch fp32 {t32:.4f} ms, TF32 + SDPA {ttf:.4f} ms", flush=True)
         for sched in a.schedules.split(","):
             for pn in map(int, a.planes_n.split(",")):
-                cuda.SOLVE_PLANES_SCHEDULE, cuda_linear.PLANES_N = sched, pn
+                cuda.SOLVE_PLANES_SCHEDULE, build.GW_PLANES_N = sched, pn
                 cuda._solve_graphs.clear()
                 line = f"  {sched:11s} planes_n {pn:3d}:"
                 for prec, peer in (("fp32", t32), ("tf32", ttf)):
