@@ -76,9 +76,6 @@ def main() -> int:
     ap.add_argument("--cases", default="fp32:1,fp32:8,bf16:1", help="precision:batch, comma-separated")
     ap.add_argument("--programmatic", default="on", choices=["on", "off"],
                     help="programmatic dependent launch (off: kernel durations do not overlap)")
-    ap.add_argument("--fused", default="auto", choices=["auto", "on", "off"],
-                    help="all blocks in the one decode_layers kernel (off: five kernels per block; auto: "
-                         "the runner's default)")
     ap.add_argument("--graph-only", action="store_true", help="only the graph replay time, no profiler")
     a = ap.parse_args()
     w = ModelWeights.random(SIZES[a.size], seed=0)
@@ -87,8 +84,7 @@ def main() -> int:
         prec, batch = case.split(":")
         runner = runners.get(prec) or runners.setdefault(prec, make_runner(w, "cuda", prec))
         runner.programmatic = a.programmatic == "on"
-        runner.fused_decode = {"auto": "auto", "on": True, "off": False}[a.fused]
-        print(f"== {a.size} {prec} batch {batch}, programmatic {a.programmatic}, fused {a.fused}", flush=True)
+        print(f"== {a.size} {prec} batch {batch}, programmatic {a.programmatic}", flush=True)
         if a.graph_only:
             cache = runner.new_cache(int(batch))
             tok = np.zeros(int(batch), np.int64)

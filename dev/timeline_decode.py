@@ -2,7 +2,7 @@
 """The GPU's timeline of greedy decode steps: when each kernel of a step starts and ends, and the
 gaps between them and between steps, from the CUDA profiler's records of the kernels.
 
-    python dev/timeline_decode.py [SIZE] [--steps N] [--cases fp32:1,bf16:1] [--fused auto|on|off]
+    python dev/timeline_decode.py [SIZE] [--steps N] [--cases fp32:1,bf16:1] [--cluster on|off]
                                       [--cluster on|off]
 
 Random weights of SIZE; after a 16-token prefill per row, runs N steps of runner.greedy_steps (as
@@ -110,7 +110,6 @@ def main() -> int:
     ap.add_argument("size", nargs="?", default="gpt2", choices=sorted(SIZES))
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--cases", default="fp32:1,bf16:1", help="precision:batch pairs")
-    ap.add_argument("--fused", default="auto", choices=["auto", "on", "off"])
     ap.add_argument("--cluster", default="on", choices=["on", "off"],
                     help="batch-1 bf16 steps of gpt2's width in the one decode_cluster kernel (the default) or not")
     a = ap.parse_args()
@@ -121,9 +120,8 @@ def main() -> int:
         if prec not in runners:
             runners[prec] = make_runner(w, "cuda", prec)
         r = runners[prec]
-        r.fused_decode = {"auto": "auto", "on": True, "off": False}[a.fused]
         r.cluster_decode = a.cluster == "on"
-        print(f"== {a.size} {prec} batch {b}, fused {a.fused}, cluster {a.cluster}", flush=True)
+        print(f"== {a.size} {prec} batch {b}, cluster {a.cluster}", flush=True)
         print("\n".join(run_case(r, int(b), a.steps)), flush=True)
     return 0
 

@@ -215,7 +215,6 @@ def main():
     for case in a.cases.split(","):
         prec, b = case.split(":")
         runner = make_runner(w, "cuda", prec)
-        runner.fused_decode = False
         cache = runner.new_cache(int(b))
         tok = np.stack([runner.prefill(cache, r, rng.integers(0, 50257, 16)) for r in range(int(b))]).argmax(-1)
         for _ in runner.greedy_steps(cache, tok, max_steps=4):  # graphs captured, kernels built

@@ -250,20 +250,6 @@ __device__ __forceinline__ unsigned long long l2_policy(bool keep) {
     return pol;
 }
 
-// Loads of read-only global data from a volatile asm, meant to be issued where they are written so
-// that their latency overlaps the barriers that follow (decode_layers.cu). ptxas may still move them
-// past griddepcontrol.wait (see ld_pre_wait above); not checked for decode_layers' grid barriers.
-__device__ __forceinline__ float ld_nc_issued(const float* p) {
-    float v;
-    asm volatile("ld.global.nc.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ float4 ld_nc_issued4(const void* p) {
-    float4 v;
-    asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
-    return v;
-}
-
 // 16 bytes of weights as floats: 4 float32, or 8 bf16 (stored as the upper halves of float32s,
 // so bf16 -> float32 is a 16-bit shift).
 __device__ __forceinline__ void unpack16(const float4& v, float (&w)[4]) {

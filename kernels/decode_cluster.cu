@@ -45,7 +45,7 @@
 //   vecs     float32 [n_layer][6][D]: ln1_g, ln1_b, b_attn, ln2_g, ln2_b, b_proj
 //   bqf      float32 [n_layer][7D]: b_qkv [3D], b_fc [4D]
 //   x        [D] the residual stream, updated in place (the embedding of the new token on entry)
-//   kv       the KV cache as decode_layers.cu takes it: key p of cache row s, layer l at
+//   kv       the KV cache as the runner keeps it: key p of cache row s, layer l at
 //            kv + s * batch_stride + l * layer_stride + p * D, its value n_ctx * D further on
 //   seq, pos, lengths [1] int32: the token goes to cache row seq[0] at position pos[0] and attends to
 //            lengths[0] keys. The caller keeps seq[0] a row of the cache (gpt2block: Cache.check_room);

@@ -2,8 +2,7 @@
 """Quick greedy-decode rate of gpt2block on random weights: python scripts/decode_rate.py [SIZE] [--steps N].
 
 Prints tokens/s per batch size and precision (median of 5 generations, prefill excluded),
-with programmatic dependent launch on, off or both (--programmatic), the layers in the one
-fused decode_layers kernel or as five kernels per block (--fused on, off or both), batch-1 bf16
+with programmatic dependent launch on, off or both (--programmatic), batch-1 bf16
 steps of gpt2's width in the decode_cluster kernel or not (--cluster on, off or both), and the
 steps run ahead by greedy_steps or waited for one by one (--ahead on, off or both).
 The full comparison with transformers is scripts/bench.py.
@@ -51,9 +50,6 @@ if __name__ == "__main__":
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--programmatic", default="on", choices=["on", "off", "both"],
                     help="programmatic dependent launch of the decode kernels (both: A/B in one run)")
-    ap.add_argument("--fused", default="auto", choices=["auto", "on", "off", "both"],
-                    help="all blocks in the one decode_layers kernel (off: five kernels per block; auto: "
-                         "the runner's default)")
     ap.add_argument("--cluster", default="on", choices=["on", "off", "both"],
                     help="batch-1 steps in the decode_cluster kernel where it runs (bf16, gpt2's width; on: the "
                          "runner's default; off: as the other sizes run)")
@@ -62,17 +58,15 @@ if __name__ == "__main__":
                          "step by step (off)")
     a = ap.parse_args()
     w = ModelWeights.random(SIZES[a.size], seed=0)
-    modes = {"on": [True], "off": [False], "both": [True, False], "auto": ["auto"]}
+    modes = {"on": [True], "off": [False], "both": [True, False]}
     for prec in a.precisions.split(","):
         runner = make_runner(w, "cuda", prec)
         for b in map(int, a.batches.split(",")):
-            for fused in modes[a.fused]:
-                for cluster in modes[a.cluster]:
-                    for pdl in modes[a.programmatic]:
-                        for ahead in modes[a.ahead]:
-                            runner.programmatic, runner.fused_decode, runner.cluster_decode = pdl, fused, cluster
-                            label = {True: "on  ", False: "off ", "auto": "auto"}[fused]
-                            print(f"{a.size} {prec} batch {b} fused {label} cluster {'on ' if cluster else 'off'} "
-                                  f"(runs: {'yes' if runner._path(b).blocks == 'cluster' else 'no '}) programmatic "
-                                  f"{'on ' if pdl else 'off'} ahead {'on ' if ahead else 'off'}: "
-                                  f"{rate(runner, b, a.steps, ahead=ahead):,.0f} tok/s", flush=True)
+            for cluster in modes[a.cluster]:
+                for pdl in modes[a.programmatic]:
+                    for ahead in modes[a.ahead]:
+                        runner.programmatic, runner.cluster_decode = pdl, cluster
+                        print(f"{a.size} {prec} batch {b} cluster {'on ' if cluster else 'off'} "
+                              f"(runs: {'yes' if runner._path(b).blocks == 'cluster' else 'no '}) programmatic "
+                              f"{'on ' if pdl else 'off'} ahead {'on ' if ahead else 'off'}: "
+                              f"{rate(runner, b, a.steps, ahead=ahead):,.0f} tok/s", flush=True)

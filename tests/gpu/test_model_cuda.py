@@ -300,7 +300,7 @@ def test_programmatic_launch_changes_no_bit(hf_models, precision):
         finally:
             cuda_launch.launch_programmatic = real
         if programmatic:
-            assert any(n.startswith("decode_layers_") or "_kv_m" in n for n in calls), "no programmatic launch ran"
+            assert any("_kv_m" in n for n in calls), "no programmatic launch ran"
             # a step starts with a plain launch, so that its kernels find the steps before finished
             # (attention_decode_f32 reads lengths and older keys before its wait)
             assert not any(n.startswith("embedding") for n in calls), "the embedding was launched programmatically"

@@ -2,7 +2,6 @@
 
     runner.py        CudaRunner, CudaCache, BlockWorkspace, run_block: prefill, the decode step, greedy steps
     decode_paths.py  decode_path: the table choosing a decode step's path; the cluster path (DecodeClusters)
-    decode_layers.py the fused decode_layers_* path (DecodeLayers)
     linear.py        GEMM tiles (mma.sync and wgmma), weight planes, GEMV plans
     lm_head.py       the LM head's int8 screen
     attention.py     prefill and decode attention

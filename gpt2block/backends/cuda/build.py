@@ -9,7 +9,6 @@ modules.py builds and caches it. Plain Python, no CuPy: the CPU tests import it.
     attention(ranks)                      kernels/attention.cu (prefill, and decode with ranks blocks a cluster)
     attention_wgmma()                     kernels/attention_wgmma.cu
     decode_cluster()                      kernels/decode_cluster.cu
-    decode_layers()                       kernels/decode_layers.cu
     gemm(tile, variant)                   kernels/gemm.cu
     gemm_wgmma(tile, variant)             kernels/gemm_wgmma.cu's GEMMs; gemm_wgmma_planes(variant) its planes
     gemv_kmajor()                         kernels/gemv.cu's k-major kernels
@@ -35,14 +34,6 @@ DC_D = 768  # the width the kernel is built for (gpt2)
 DC_C = 8  # blocks per cluster (one cluster per head)
 DC_THREADS = 256
 DC_PART = 68  # floats of an attention partial: acc[64], m, l (and padding)
-
-# ---- decode_layers.cu -----------------------------------------------------------------------------------
-DL_THREADS = 256  # the compute threads; the block has a producer warp besides
-DL_PAD = 16  # elements after each stage row and activation row
-DL_MAX_M = 8  # tokens
-DL_MAX_STAGES = 16
-DL_MAX_LAYERS = 48
-DL_KEYS = 64  # keys per attention task
 
 # ---- gemm.cu / gemm_wgmma.cu -------------------------------------------------------------------------
 GEMM_BK = 32  # k per shared-memory stage
@@ -115,11 +106,6 @@ def attention_wgmma() -> tuple:
 
 def decode_cluster() -> tuple:
     return (("DC_D", DC_D), ("DC_C", DC_C), ("DC_THREADS", DC_THREADS), ("DC_PART", DC_PART))
-
-
-def decode_layers() -> tuple:
-    return (("DL_THREADS", DL_THREADS), ("DL_PAD", DL_PAD), ("DL_MAX_M", DL_MAX_M), ("DL_MAX_STAGES", DL_MAX_STAGES),
-            ("DL_MAX_LAYERS", DL_MAX_LAYERS), ("DL_KEYS", DL_KEYS))
 
 
 def _variant(variant: str) -> tuple:
@@ -298,7 +284,6 @@ def _modules() -> dict:
         "attention": [attention(), attention(1)],
         "attention_wgmma": [attention_wgmma()],
         "decode_cluster": [decode_cluster()],
-        "decode_layers": [decode_layers()],
         "embedding": [()],
         "kvcache": [()],
         "gemm": [gemm(t, v) for t, v in gemm_tiles],

@@ -9,8 +9,6 @@ tests check every row and boundary.
     blocks      the step's transformer blocks
       cluster   decode_cluster_bf16: every block in one persistent kernel, one thread block cluster per
                 head (kernels/decode_cluster.cu; DecodeClusters, below)
-      layers    decode_layers_*: every block in one persistent kernel, phases between grid barriers
-                (kernels/decode_layers.cu, decode_layers)
       gemv      five kernels a block: the QKV GEMV (ln_1, bias, K / V store fused), attention_decode_f32,
                 the projection GEMV (+ residual), the FC GEMV (ln_2, GELU), the MLP projection GEMV
       gemm      the prefill's kernels (LayerNorm, GEMMs, kvcache_store, attention_decode_f32)
@@ -19,9 +17,10 @@ tests check every row and boundary.
       gemv_argmax  the one-token LM head GEMV (ln_f fused) takes the argmax itself
       plain        the LM head (GEMV up to GEMV_MAX_M rows, else the GEMM) into logits, then argmax_rows_f32
 
-The runner's A/B flags override the table here and nowhere else: ``cluster=False`` never takes the
-cluster row; ``layers`` True takes the layers row wherever the kernel runs, False never, "auto" as the
-table says.
+The runner's flag overrides the table here and nowhere else: ``cluster=False`` never takes the cluster
+row. Retired: decode_layers (every block in one persistent kernel with grid barriers, the default for
+gpt2-xl bf16 since version 17) measured slower than the five kernels on version 37's kernels (gpt2-xl bf16
+b1 586 against 621 tok/s, fp32 441 against 522; b8 does not fit it), and left the code.
 
 The cluster path (the first row), below the tables: every transformer block of a batch-1 step with bf16
 weights in one persistent kernel, one cluster of CLUSTER blocks per head (kernels/decode_cluster.cu,
@@ -47,9 +46,8 @@ import numpy as np
 from ...config import HEAD_DIM, GPT2Config
 from . import build, driver
 
-BLOCKS_KINDS = ("cluster", "layers", "gemv", "gemm")
+BLOCKS_KINDS = ("cluster", "gemv", "gemm")
 HEAD_KINDS = ("screen", "gemv_argmax", "plain")
-LAYERS_MIN_D = 1600  # the layers row: gpt2-xl's width
 
 
 @dataclass(frozen=True)
@@ -85,13 +83,6 @@ BLOCKS = (
         "resident at once",
         "version 35: gpt2 bf16 b1 6,977-7,044 tok/s against the five kernels' 6,631-6,700 (+4 to +6%), each "
         "pair in one process; version 36: 7,540-7,562"),
-    Row("layers", lambda s: (1 <= s.batch <= build.DL_MAX_M and s.precision == "bf16" and s.n_embd >= LAYERS_MIN_D
-                             and s.cc >= 90),
-        "batch 1 to DL_MAX_M (8), bf16 weights, n_embd >= 1600 (gpt2-xl), compute capability 9.0 and up, the "
-        "batch's activations and two weight stages in one SM's shared memory (not batch 8 at 1600)",
-        "version 17: gpt2-xl bf16 b1 595 tok/s against the five kernels' 569 (fp32 437 against 469); slower "
-        "everywhere else (versions 15 and 17: gpt2 bf16 b1 3,639 against 4,123, b8 16,456 against 21,135; "
-        "gpt2-medium fp32 b1 1,453 against 1,505; gpt2-large b1 720 against 810)"),
     Row("gemv", lambda s: s.batch <= build.GEMV_MAX_M,
         "batch up to GEMV_MAX_M (8)",
         "versions 14-15: the nt GEMVs read each weight once for every token (gpt2 b8 14,058 -> 18,464 -> "
@@ -118,32 +109,23 @@ HEADS = (
 
 
 def decode_path(batch: int, n_embd: int, precision: str, cc: int, *, logits: bool = True, vocab: int = 50257,
-                cluster: bool = True, layers: bool | str = "auto",
-                runs: Callable[[str], bool] | None = None) -> DecodePath:
+                cluster: bool = True, runs: Callable[[str], bool] | None = None) -> DecodePath:
     """The path of a decode step of ``batch`` rows (see the module's tables). ``runs(kind)``: whether the
-    kernel of a "cluster" or "layers" row can run this model and batch on this device (default: yes);
-    asked only for a row the table (and the flags) would take."""
+    kernel of the "cluster" row can run this model and batch on this device (default: yes); asked only
+    when the table (and the flag) would take it."""
     if batch < 1:
         raise ValueError(f"a decode step has at least one row; got batch {batch}")
     if precision not in ("fp32", "tf32", "bf16"):
         raise ValueError(f"precision must be fp32, tf32 or bf16; got {precision!r}")
     if cluster not in (True, False):
         raise ValueError(f"cluster must be True or False; got {cluster!r}")
-    if layers not in (True, False, "auto"):
-        raise ValueError(f"layers must be True, False or 'auto'; got {layers!r}")
     s = Step(batch, n_embd, precision, int(cc), bool(logits), vocab)
     runs = runs if runs is not None else (lambda kind: True)
     blocks = None
     for row in BLOCKS:
         if row.kind == "cluster" and not cluster:
             continue
-        if row.kind == "layers":
-            if layers is False:
-                continue
-            takes = row.when(s) if layers == "auto" else 1 <= batch <= build.DL_MAX_M and s.cc >= 90
-        else:
-            takes = row.when(s)
-        if takes and (row.kind not in ("cluster", "layers") or runs(row.kind)):
+        if row.when(s) and (row.kind != "cluster" or runs(row.kind)):
             blocks = row.kind
             break
     head = next(row.kind for row in HEADS if row.when(s))

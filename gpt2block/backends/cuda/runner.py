@@ -18,9 +18,8 @@ One block, the ten steps (the residual stream x is updated in place), prefill an
     x = x + f @ W_proj + b_proj       gemm epilogue bias_residual
 A decode step's path is chosen in one place, decode_paths.decode_path (a table, each row
 citing its measurement): its blocks in decode_cluster_bf16 (decode_paths: batch 1, bf16 weights,
-gpt2's width, one thread block cluster per head), in decode_layers_* (decode_layers: every block in one
-persistent kernel; gpt2-xl with bf16 weights), by the GEMMs above (batches over GEMV_MAX_M), or else
-five kernels per block:
+gpt2's width, one thread block cluster per head), by the GEMMs above (batches over GEMV_MAX_M), or
+else five kernels per block:
     qkv = LN(x) @ W_qkv + b; K, V -> cache   gemv_*_nt_ln_bias_kv
     a = attention(q, cache)           attention_decode_f32
     x = x + a @ W_attn + b            gemv_*_nt_bias_residual
@@ -30,8 +29,8 @@ then ln_f + the LM head (gemv_*_nt_ln) and the argmax, which also moves the step
 next greedy step (ids = argmax, pos + 1): at batch 1 in the LM head itself (its last block to finish
 reduces the blocks' partials), else argmax_rows_f32. greedy_steps' chained steps at batch 1 need no
 logits: there the head is screened (an int8 copy of wte bounds every logit, and only the rows that may
-win are formed exactly; the same token, lm_head.lm_head_screened). The runner's flags cluster_decode
-and fused_decode override the table (decode_path's cluster and layers). A step is one CUDA graph: the
+win are formed exactly; the same token, lm_head.lm_head_screened). The runner's flag cluster_decode
+overrides the table (decode_path's cluster row). A step is one CUDA graph: the
 upload of its ints from pinned memory, the kernels (programmatic dependent launch on sm_90: each starts, and
 fetches its weights, while the one before finishes) and the download of the argmax into pinned
 memory. greedy_steps() runs a second graph, the kernels alone, fed by the step before it on the
@@ -51,7 +50,7 @@ from ...config import GPT2Config
 from ...layout import block_layout
 from ...weights import ModelWeights
 from ..base import Cache, Runner, check_ids
-from . import attention, decode_layers, decode_paths, linear, lm_head, modules, ops
+from . import attention, decode_paths, linear, lm_head, modules, ops
 
 # precision mode -> (GEMM variant, attention variant); bf16 mode stores the decode matrices as bf16
 VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32"), "bf16": ("tf32x3", "tf32x3f")}
@@ -128,8 +127,7 @@ class CudaRunner(Runner):
     backend = "cuda"
 
     def __init__(self, weights: ModelWeights, precision: str = "fp32", use_graphs: bool = True,
-                 programmatic: bool = True, fused_decode: bool | str = "auto",
-                 cluster_decode: bool = True):
+                 programmatic: bool = True, cluster_decode: bool = True):
         if precision not in VARIANTS:
             raise ValueError(f"cuda backend precision must be one of {', '.join(VARIANTS)}; got {precision!r}")
         self.precision = precision
@@ -166,15 +164,12 @@ class CudaRunner(Runner):
         self._logits_buf(8)
         self.use_graphs = use_graphs
         self.programmatic = programmatic  # decode kernels with programmatic dependent launch (sm_90+)
-        if fused_decode not in (True, False, "auto"):
-            raise ValueError(f"fused_decode must be True, False or 'auto'; got {fused_decode!r}")
-        self.fused_decode = fused_decode  # decode_path's layers: True wherever it fits, False never, "auto" the table
-        self._fused = None  # decode_layers.DecodeLayers, built at the first fused step
         if cluster_decode not in (True, False):
             raise ValueError(f"cluster_decode must be True or False; got {cluster_decode!r}")
         self.cluster_decode = cluster_decode  # decode_path's cluster: False never
         self.cc = int(cp.cuda.Device().compute_capability)  # e.g. 90
-        self._paths: dict = {}  # (batch, logits, flags) -> DecodePath        self._cluster = None  # decode_paths.DecodeClusters, built at the first batch-1 step
+        self._paths: dict = {}  # (batch, logits, flags) -> DecodePath
+        self._cluster = None  # decode_paths.DecodeClusters, built at the first batch-1 step
         self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
         self._fwd = None  # forward_device's graphs (_ForwardGraphs), made at its first call
         self._screen = None  # lm_head.ScreenTable of wte_dec, made at the first screened step
@@ -299,11 +294,6 @@ class CudaRunner(Runner):
             self._cluster.launch(self.x[:1], cache.kv, d_seq, d_pos, d_len)
             self._decode_head(cache, b, step, path, host_out)
             return
-        if path.blocks == "layers":
-            ws = self.ws
-            self._fused.launch(self.x[:b], ws.qkv[:b], ws.att[:b], ws.f[:b], cache.kv, d_seq, d_pos, d_len)
-            self._decode_head(cache, b, step, path, host_out)
-            return
         for layer, w in enumerate(self.block_views):
             k_cache, v_cache = cache.kv[0, layer, 0], cache.kv[0, layer, 1]
             store = lambda qkv: ops.kvcache_store(  # noqa: E731
@@ -347,28 +337,24 @@ class CudaRunner(Runner):
 
     def _path(self, b: int, logits: bool = True) -> "decode_paths.DecodePath":
         """The path of a decode step of b rows (decode_paths.decode_path with the runner's flags),
-        worked out once per (b, logits, flags). Asking may build the cluster or layers kernel's state (its
+        worked out once per (b, logits, flags). Asking may build the cluster kernel's state (its
         packed weights: allocations and kernels): _decode_device and _decode_chained ask before they
         capture a step."""
-        key = (b, logits, self.cluster_decode, self.fused_decode)
+        key = (b, logits, self.cluster_decode)
         path = self._paths.get(key)
         if path is None:
             c = self.config
             path = self._paths[key] = decode_paths.decode_path(
                 b, c.n_embd, self.precision, self.cc, logits=logits, vocab=c.vocab_size,
-                cluster=self.cluster_decode, layers=self.fused_decode, runs=lambda kind: self._runs(kind, b))
+                cluster=self.cluster_decode, runs=lambda kind: self._runs(kind, b))
         return path
 
     def _runs(self, kind: str, b: int) -> bool:
-        """Whether the "cluster" or "layers" kernel runs this model at batch b on this device (its shared
-        memory, co-resident clusters); the first ask makes its state."""
-        if kind == "cluster":
-            if self._cluster is None:
-                self._cluster = decode_paths.DecodeClusters(self.block_views, self.dec_mats, self.config)
-            return self._cluster.fits()
-        if self._fused is None:
-            self._fused = decode_layers.DecodeLayers(self.block_views, self.dec_mats, self.config)
-        return self._fused.plan(b) is not None
+        """Whether the "cluster" kernel runs this model at batch b on this device (its shared memory,
+        co-resident clusters); the first ask makes its state."""
+        if self._cluster is None:
+            self._cluster = decode_paths.DecodeClusters(self.block_views, self.dec_mats, self.config)
+        return self._cluster.fits()
 
     def _decode_block_gemv(self, w, mats, b: int, attend, kv) -> None:
         """One block for b <= GEMV_MAX_M new tokens: four GEMVs over the transposed matrices,
