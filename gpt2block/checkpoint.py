@@ -176,11 +176,15 @@ HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 def resolve(model: str | Path) -> tuple[str, str | Path]:
     """('dir', path) | ('packed', path) | ('hub', repo_id) for a model argument."""
     if isinstance(model, Path) or (isinstance(model, str) and model):
+        if "\0" in str(model):
+            raise CheckpointError(f"model {str(model)!r}: a path cannot hold a NUL byte")
         p = Path(model).expanduser()
         if p.is_dir():
             return "dir", p
         if p.is_file():
             return "packed", p
+        if os.path.lexists(p):
+            check_input_file(p)  # a FIFO, a device, a dangling link: refused by what it is
         if isinstance(model, str):
             if model in HUB_IDS:
                 return "hub", HUB_IDS[model]
@@ -447,6 +451,9 @@ def read_hf_weights(path: Path) -> ModelWeights:
 
 
 def read_hf_tokenizer(path: Path) -> Tokenizer:
+    for name in ("tokenizer.json", "vocab.json", "merges.txt"):
+        if os.path.lexists(path / name):
+            check_input_file(path / name)
     try:
         return Tokenizer.from_dir(path)
     except TokenizerError as e:
