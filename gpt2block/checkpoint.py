@@ -198,7 +198,7 @@ def resolve(model: str | Path) -> tuple[str, str | Path]:
     )
 
 
-HUB_PROBE_TIMEOUT = 2.0  # seconds to open a TCP connection to the hub before working from the cache
+HUB_PROBE_TIMEOUT = 1.5  # seconds to open a TCP connection to the hub before working from the cache
 _hub_probe: list[bool] = []  # this process's answer, once asked
 PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
@@ -254,7 +254,7 @@ def _hub_download(repo_id: str, filename: str) -> Path | None:
         return Path(huggingface_hub.hf_hub_download(repo_id=repo_id, filename=filename,
                                                     local_files_only=local_only))
     except LocalEntryNotFoundError as e:
-        raise CheckpointError(f"{offline} ({e})") from None
+        raise CheckpointError(offline if local_only else f"{offline} ({e})") from None
     except GatedRepoError:
         raise CheckpointError(f"{repo_id}: the hub repository is gated; log in with `hf auth login`") from None
     except RepositoryNotFoundError:

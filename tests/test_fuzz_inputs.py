@@ -625,3 +625,11 @@ def test_hub_without_network_fails_fast(monkeypatch, tmp_path):
     msg = str(e.value)
     assert msg.startswith("openai-community/gpt2: could not reach the Hugging Face hub")
     assert "HF_HUB_OFFLINE=1" in msg and "python scripts/random_checkpoint.py DIR" in msg
+
+
+@pytest.mark.parametrize("bad", [None, 5, b"p.safetensors", ""])
+def test_output_argument_of_wrong_type(small, bad):
+    with pytest.raises(TypeError, match="out_path must be a non-empty str or Path"):
+        pack(small.path, bad)
+    with pytest.raises(TypeError, match="out_path must be a non-empty str or Path"):
+        export_cuda(bad)
