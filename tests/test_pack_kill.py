@@ -15,18 +15,18 @@ from hf_checkpoints import REPO_ROOT, make_hf_checkpoint
 from gpt2block.checkpoint import load_weights
 from gpt2block.output import TMP_TAG
 
-# The child packs with writes of 64 KiB, each followed by 5 ms: a ~2 MB checkpoint takes about 0.2 s
-# per MB, long enough to be caught mid-write.
+# The child packs with writes of 16 KiB, each followed by 10 ms: the ~2 MB checkpoint takes about 1.3 s,
+# long enough to be caught mid-write.
 CHILD = r"""
 import sys, time
 import gpt2block.checkpoint as ck
-ck.PACK_CHUNK = 1 << 16
+ck.PACK_CHUNK = 1 << 14
 real = ck.write_packed
 def slow(f, tensors, metadata):
     class Slow:
         def write(self, b):
             n = f.write(b)
-            time.sleep(0.005)
+            time.sleep(0.01)
             return n
     real(Slow(), tensors, metadata)
 ck.write_packed = slow
