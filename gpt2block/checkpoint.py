@@ -27,7 +27,7 @@ from safetensors import safe_open
 
 from .config import ConfigError, GPT2Config
 from .layout import FIELDS, block_layout
-from .output import OutputError, _kind, check_name, check_output, write_atomic
+from .output import OutputError, file_kind, check_name, check_output, write_atomic
 from .tokenizer import Tokenizer, TokenizerError
 from .weights import ModelWeights
 
@@ -84,7 +84,7 @@ def check_input_file(path: Path) -> None:
     except OSError as e:
         raise CheckpointError(f"{path}: cannot read ({e.strerror})") from None
     if not stat.S_ISREG(st.st_mode):
-        raise CheckpointError(f"{path}: is a {_kind(st.st_mode)}, not a regular file")
+        raise CheckpointError(f"{path}: is a {file_kind(st.st_mode)}, not a regular file")
 
 
 class SafetensorsFile:
@@ -103,9 +103,9 @@ class SafetensorsFile:
             for name in self._file.keys():
                 sl = self._file.get_slice(name)
                 self.entries[name] = (sl.get_dtype(), tuple(sl.get_shape()))
-        except CheckpointError:
-            raise
-        except Exception as e:  # SafetensorError, OSError: the library's own words
+        except OSError as e:
+            raise CheckpointError(f"{self.path}: cannot read ({e.strerror or e})") from None
+        except Exception as e:  # SafetensorError: the library's own words
             raise CheckpointError(f"{self.path}: not a valid safetensors file ({_library_words(e)})") from None
 
     def names(self) -> list[str]:

@@ -31,7 +31,7 @@ class OutputError(ValueError):
     """An output path that gpt2block will not or cannot write; the message names the path and why."""
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
     for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO (named pipe)"),
                        (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
                        (stat.S_ISSOCK, "socket")):
@@ -62,7 +62,7 @@ def check_output(out: Path, inputs: Iterable[Path] = (), what: str = "output",
     except OSError as e:
         raise OutputError(f"{what} {out}: cannot inspect it ({e.strerror})") from None
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise OutputError(f"{what} {out} is a {_kind(st.st_mode)}; gpt2block writes regular files only "
+        raise OutputError(f"{what} {out} is a {file_kind(st.st_mode)}; gpt2block writes regular files only "
                           "(it was left untouched)")
     if st is not None:
         for p in inputs:
