@@ -24,10 +24,11 @@ from .backends import BACKENDS, PRECISIONS, BackendError, cuda_status, make_runn
 from .checkpoint import HUB_IDS, CheckpointError, default_pack_path, load_model, pack
 from .config import ConfigError
 from .kernel_source import set_compile_progress
+from .output import OutputError
 from .sampler import SamplingError, SamplingParams
 from .tokenizer import TokenizerError
 
-USER_ERRORS = (CheckpointError, ConfigError, BackendError, TokenizerError)
+USER_ERRORS = (CheckpointError, ConfigError, BackendError, TokenizerError, OutputError)
 
 
 @contextmanager
@@ -37,6 +38,17 @@ def user_errors(*extra):
         yield
     except USER_ERRORS + tuple(extra) as e:
         raise click.ClickException(str(e)) from None
+
+
+def require_utf8(text: str, param_hint: str) -> str:
+    """``text`` as given on the command line; bytes that are not UTF-8 (which Python keeps as lone
+    surrogates) are a usage error naming the byte and its offset."""
+    for i, ch in enumerate(text):
+        if 0xD800 <= ord(ch) < 0xE000:
+            offset = len(text[:i].encode("utf-8"))
+            byte = f"byte 0x{ord(ch) - 0xDC00:02x}" if 0xDC80 <= ord(ch) <= 0xDCFF else f"U+{ord(ch):04X}"
+            raise click.BadParameter(f"not valid UTF-8: {byte} at byte offset {offset}", param_hint=param_hint)
+    return text
 
 
 def note(message: str) -> None:
@@ -256,10 +268,12 @@ def validate(model, backend, precision, prompt):
     """Compare logits and a greedy continuation with Hugging Face transformers on the same checkpoint."""
     from . import validate as v
 
+    if prompt is not None:
+        require_utf8(prompt, "--prompt")
     with user_errors(v.MissingDependency):
         v._torch()  # a clear error before loading anything when torch/transformers are absent
     loaded, runner = load_runner(model, backend, precision)
-    with user_errors(v.MissingDependency):
+    with user_errors(v.MissingDependency, v.ValidateError):
         ids = loaded.tokenizer.encode(v.DEFAULT_PROMPT if prompt is None else prompt)
         if not ids:
             raise click.BadParameter("the prompt encodes to no tokens", param_hint="--prompt")
@@ -372,8 +386,10 @@ def export_cuda_cmd(output):
 
     try:
         out = export_cuda(output)
+    except OutputError as e:
+        raise click.ClickException(str(e)) from None
     except OSError as e:
-        raise click.ClickException(f"{output}: cannot write ({e})") from None
+        raise click.ClickException(f"{output}: cannot write ({e.strerror or e})") from None
     click.echo(str(out))
 
 

@@ -28,6 +28,11 @@ class GPT2Config:
             v = getattr(self, field)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise ConfigError(f"config field {field} must be a positive integer; got {v!r}")
+        if self.n_positions < 2:
+            raise ConfigError(f"config field n_positions is {self.n_positions}; a context must hold at least "
+                              "2 positions (a token and the one it predicts)")
+        if not isinstance(self.activation_function, str):
+            raise ConfigError(f"config field activation_function must be a string; got {self.activation_function!r}")
         if self.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
             raise ConfigError(
                 f"config field activation_function is {self.activation_function!r}; "
@@ -45,6 +50,12 @@ class GPT2Config:
         eps = self.layer_norm_epsilon
         if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not (0 < eps < 1):
             raise ConfigError(f"config field layer_norm_epsilon must be a number in (0, 1); got {eps!r}")
+
+    @property
+    def n_params(self) -> int:
+        """Parameters of the model: the blocks, wte (also the LM head), wpe and ln_f."""
+        d = self.n_embd
+        return self.n_layer * (12 * d * d + 13 * d) + (self.vocab_size + self.n_positions) * d + 2 * d
 
     @property
     def d(self) -> int:
@@ -93,23 +104,32 @@ class GPT2Config:
         return cls.from_dict(cfg, source=str(path))
 
 
-# Hugging Face GPT-2 options that change the arithmetic: (key, the value gpt2block runs, why)
+# Hugging Face GPT-2 options that change the arithmetic and have one value here: (key, that value, why)
 _FIXED_OPTIONS = (
     ("scale_attn_weights", True, "attention scores are scaled by 1/sqrt(64)"),
     ("scale_attn_by_inverse_layer_idx", False, "no extra per-layer scaling of attention scores"),
     ("add_cross_attention", False, "decoder-only blocks"),
 )
+# Options accepted with either value: reorder_and_upcast_attn computes the attention scores in float32
+# with the 1/sqrt(64) scale applied before the product, which is the arithmetic of our fp32 attention up
+# to rounding; tie_word_embeddings false is read by checkpoint.read_hf_weights (an lm_head.weight equal
+# to wte is used, any other head refused there).
+_BOOL_OPTIONS = ("reorder_and_upcast_attn", "tie_word_embeddings")
 
 
 def _refuse_variants(cfg: dict, config: GPT2Config, source: str) -> None:
     """Refuse config.json options of GPT2Config that would give different logits than our block."""
     n_inner = cfg.get("n_inner")
-    if n_inner is not None and n_inner != 4 * config.n_embd:
+    if n_inner is not None and (not isinstance(n_inner, int) or isinstance(n_inner, bool)
+                                or n_inner != 4 * config.n_embd):
         raise ConfigError(f"{source}: config field n_inner is {n_inner!r}; gpt2block runs FF = 4 * n_embd "
                           f"({4 * config.n_embd})")
     for key, value, why in _FIXED_OPTIONS:
-        if key in cfg and cfg[key] != value:
+        if key in cfg and cfg[key] is not value:
             raise ConfigError(f"{source}: config field {key} is {cfg[key]!r}; gpt2block runs {value} ({why})")
+    for key in _BOOL_OPTIONS:
+        if key in cfg and not isinstance(cfg[key], bool):
+            raise ConfigError(f"{source}: config field {key} must be true or false; got {cfg[key]!r}")
 
 
 # The published sizes, by their short names (hub ids in checkpoint.HUB_IDS).

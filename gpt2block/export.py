@@ -11,13 +11,12 @@ on device pointers, and compiles with ``nvcc -arch=sm_90`` alone.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from . import __version__
 from .backends.cuda import build
-from .kernel_source import read_source
+from .kernel_source import kernels_dir, read_source
+from .output import write_atomic
 
 
 def export_source() -> str:
@@ -31,18 +30,11 @@ def export_source() -> str:
 
 
 def export_cuda(out_path: str | Path) -> Path:
-    """Write the one-file export to ``out_path`` atomically; return its path."""
-    out = Path(out_path)
-    if out.is_dir():
-        raise IsADirectoryError(f"{out} is a directory; give a file name such as solution.cu")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    text = export_source()
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    """Write the one-file export to ``out_path`` (absent or a regular file, not a kernels/ source) through
+    a temporary file renamed into place (output.write_atomic); return its path."""
+    if not isinstance(out_path, (str, Path)) or str(out_path) == "":
+        raise TypeError(f"out_path must be a non-empty str or Path; got {out_path!r}")
+    text = export_source().encode()
+    sources = sorted(p for p in kernels_dir().iterdir() if p.suffix in (".cu", ".cuh"))
+    return write_atomic(out_path, lambda f: f.write(text), sources, what="out_path",
+                        inputs_are="gpt2block's kernel sources, which the export is made from")

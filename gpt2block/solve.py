@@ -79,6 +79,19 @@ def _span(name, a, kind):
     return shape, ptr, ptr + n * 4
 
 
+def _check_writable(name, a, kind):
+    """``a`` can be written (solve writes ``output`` in place): a NumPy array's WRITEABLE flag, the
+    read-only flag of __cuda_array_interface__ (CuPy arrays and torch CUDA tensors are writable)."""
+    if kind == "host":
+        writable = a.flags.writeable
+    elif _is_torch(a) or _is_cupy(a):
+        writable = True
+    else:
+        writable = not a.__cuda_array_interface__["data"][1]
+    if not writable:
+        raise ValueError(f"{name} is read-only; solve writes its result into {name} in place")
+
+
 def _check_shape(name, shape, seq_len, d):
     if shape not in ((seq_len, d), (seq_len * d,)):
         raise ValueError(f"{name} must have shape ({seq_len}, {d}) (or ({seq_len * d},)); got {shape}")
@@ -97,6 +110,7 @@ def solve(x, output, weights, seq_len: int, precision: str = "fp32") -> None:
     if len(set(kinds.values())) != 1:
         raise TypeError(f"x, output and weights must all be host (NumPy) or all device arrays; got {kinds}")
     kind = kinds["x"]
+    _check_writable("output", output, kind)
     xs, x0, x1 = _span("x", x, kind)
     os_, o0, o1 = _span("output", output, kind)
     ws, w0, w1 = _span("weights", weights, kind)

@@ -34,6 +34,20 @@ class MissingDependency(RuntimeError):
     """torch / transformers are needed for validate and are not installed."""
 
 
+class ValidateError(ValueError):
+    """A comparison that cannot be made: non-finite logits, or no prompt."""
+
+
+def require_finite(logits: np.ndarray, whose: str) -> None:
+    """Refuse NaN or Inf logits (rows [T, V] or one row [V]): no check is passed on them."""
+    bad = ~np.isfinite(logits)
+    if bad.any():
+        pos = int(np.unravel_index(int(np.argmax(bad)), logits.shape)[0]) if logits.ndim > 1 else 0
+        kinds = " and ".join(k for k, m in (("NaN", np.isnan(logits)), ("Inf", np.isinf(logits))) if m.any())
+        raise ValidateError(f"{whose} logits hold {kinds} ({int(bad.sum())} values, the first at position {pos}): "
+                            "the weights are finite but the activations overflow float32; no check can pass")
+
+
 @dataclass
 class Check:
     name: str
@@ -129,6 +143,7 @@ def hf_greedy(model, ids, n):
         out = model(torch.tensor([list(ids)], dtype=torch.long), use_cache=True)
         for _ in range(n):
             row = out.logits[0, -1].float().numpy()
+            require_finite(row, "transformers'")
             tok = int(np.argmax(row))
             out_ids.append(tok)
             margins.append(margin(row))
@@ -140,7 +155,9 @@ def hf_greedy(model, ids, n):
 
 def runner_greedy(runner: Runner, ids, n) -> list[int]:
     cache = runner.new_cache(1)
-    tok = int(np.argmax(runner.prefill(cache, 0, ids)))
+    first = runner.prefill(cache, 0, ids)
+    require_finite(np.asarray(first), f"{runner.backend}'s")
+    tok = int(np.argmax(first))
     out = [tok]
     while len(out) < n:
         tok = int(runner.decode_greedy(cache, np.array([tok], np.int64))[0])
@@ -154,12 +171,16 @@ def logit_limit(precision: str, ref: np.ndarray) -> float:
 
 
 def check_logits(ours, ref, limit) -> Check:
+    if not (np.isfinite(ours).all() and np.isfinite(ref).all()):
+        return Check("max |logit difference|", "non-finite logits", f"<= {limit:.1e}", False)
     diff = float(np.abs(ours.astype(np.float64) - ref.astype(np.float64)).max())
     pos = int(np.unravel_index(np.argmax(np.abs(ours - ref)), ours.shape)[0])
     return Check("max |logit difference|", f"{diff:.3e} (at position {pos})", f"<= {limit:.1e}", diff <= limit)
 
 
 def check_top1(ours, ref, limit) -> Check:
+    if not (np.isfinite(ours).all() and np.isfinite(ref).all()):
+        return Check("top-1 agreement", "non-finite logits", "every position", False)
     agree = np.argmax(ours, -1) == np.argmax(ref, -1)  # [T]
     ties = np.array([margin(r) < 2 * limit for r in ref])  # [T]
     bad = np.flatnonzero(~agree & ~ties)
@@ -186,16 +207,21 @@ def check_greedy(ours, ref, margins, limit) -> Check:
 
 
 def validate(runner: Runner, hf_model, prompt_ids: list[int], n_greedy: int = N_GREEDY) -> Report:
-    """Run the three checks of ``runner`` against ``hf_model`` on ``prompt_ids``."""
+    """Run the three checks of ``runner`` against ``hf_model`` on ``prompt_ids``. The continuation is
+    shortened to fit a context under n_greedy + 1 (the prompt keeps at least one token); non-finite
+    logits, ours or transformers', raise ValidateError."""
     n_ctx = runner.config.n_ctx
-    if n_greedy + 1 > n_ctx:
-        raise ValueError(f"a {n_greedy}-token continuation does not fit the context of {n_ctx}")
+    if isinstance(n_greedy, bool) or not isinstance(n_greedy, int) or n_greedy < 1:
+        raise ValidateError(f"n_greedy must be a positive int; got {n_greedy!r}")
     if not prompt_ids:
-        raise ValueError("validate needs a prompt of at least one token")
+        raise ValidateError("validate needs a prompt of at least one token")
+    n_greedy = min(n_greedy, n_ctx - 1)
     prompt_ids = list(prompt_ids)[-(n_ctx - n_greedy):]
     report = Report(runner.backend, runner.precision, prompt_ids)
     ours = runner.forward(prompt_ids)  # [T, V]
+    require_finite(ours, f"{runner.backend}'s")
     ref = hf_logits(hf_model, prompt_ids)  # [T, V]
+    require_finite(ref, "transformers'")
     limit = logit_limit(runner.precision, ref)
     report.checks.append(check_logits(ours, ref, limit))
     report.checks.append(check_top1(ours, ref, limit))

@@ -30,7 +30,7 @@ Functions (in hf_checkpoints)
                         causal-mask buffers "h.N.attn.bias" / "h.N.attn.masked_bias" that loaders ignore
           dtype         torch.float32 / float16 / bfloat16: the dtype stored in the file
           tokenizer     "auto": the real GPT-2 tokenizer when vocab_size == 50257 and SHARED_GPT2 has it,
-                              else make_tokenizer_json(min(vocab_size, 512)) (ids fit the model's vocab)
+                              else make_tokenizer_json(vocab_size) (as many ids as the model: filler past 512)
                         "json": tokenizer.json only (the choice "auto" makes), "vocab_merges": vocab.json +
                         merges.txt only, None: no tokenizer files
         Returns Ckpt(path, model): ``model`` is the float32, eval-mode GPT2LMHeadModel holding exactly

@@ -56,7 +56,9 @@ class Ckpt(NamedTuple):
 
 @functools.lru_cache(maxsize=None)
 def make_tokenizer_json(vocab_size: int = 512) -> str:
-    """tokenizer.json text: byte-level BPE with exactly vocab_size ids, <|endoftext|> the last."""
+    """tokenizer.json text: byte-level BPE with exactly vocab_size ids, <|endoftext|> the last. Past 512 ids
+    (more than the training text gives) the ids between the trained ones and <|endoftext|> are filler
+    entries "<|unused N|>" that no text encodes to (a model may not have ids its tokenizer lacks)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab_size < 258:
@@ -64,13 +66,17 @@ def make_tokenizer_json(vocab_size: int = 512) -> str:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size - 1, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    trained = min(vocab_size, 512)
+    trainer = trainers.BpeTrainer(vocab_size=trained - 1, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   special_tokens=[], show_progress=False)
     tok.train_from_iterator([TRAINING_TEXT] * 4, trainer)
-    if tok.get_vocab_size() != vocab_size - 1:
-        raise ValueError(f"the training text gives only {tok.get_vocab_size()} tokens; asked for {vocab_size - 1}")
+    if tok.get_vocab_size() != trained - 1:
+        raise ValueError(f"the training text gives only {tok.get_vocab_size()} tokens; asked for {trained - 1}")
     tok.add_special_tokens([EOT])
     data = json.loads(tok.to_str())
+    for i in range(trained - 1, vocab_size - 1):
+        data["model"]["vocab"][f"<|unused {i}|>"] = i
+    data["added_tokens"][0]["id"] = vocab_size - 1
     data["model"]["vocab"][EOT] = vocab_size - 1  # in the model vocab too, as in GPT-2 (so vocab.json has it)
     return json.dumps(data, ensure_ascii=False)
 
@@ -85,7 +91,7 @@ def _write_tokenizer(path: Path, vocab_size: int, tokenizer) -> None:
         for f in files:
             shutil.copy(SHARED_GPT2 / f, path / f)
         return
-    text = make_tokenizer_json(min(vocab_size, 512))
+    text = make_tokenizer_json(vocab_size)
     if tokenizer != "vocab_merges":
         (path / "tokenizer.json").write_text(text, encoding="utf-8")
         return

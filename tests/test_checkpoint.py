@@ -153,14 +153,12 @@ def test_pack_round_trip_full_gpt2_shape(tmp_path, gpt2_ckpt, gpt2_weights):
 def test_pack_is_atomic(tmp_path, tiny_ckpt, monkeypatch):
     out = tmp_path / "m.safetensors"
     out.write_bytes(b"the old file")
-    import safetensors.numpy
 
-    def broken(tensors, filename, metadata=None):
-        with open(filename, "wb") as f:
-            f.write(b"half a file")
+    def broken(f, tensors, metadata):
+        f.write(b"half a file")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(safetensors.numpy, "save_file", broken)
+    monkeypatch.setattr(ck, "write_packed", broken)
     with pytest.raises(CheckpointError, match="m.safetensors: cannot write.*No space"):
         pack(tiny_ckpt.path, out)
     assert out.read_bytes() == b"the old file"
@@ -279,19 +277,20 @@ def test_tokenizer_larger_than_vocab(tmp_path):
 
 
 @pytest.mark.parametrize("content, words", [
-    (b"", "bad header length"),
-    (b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!", "header is not JSON"),
+    (b"", "header too small"),
+    (b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!", "invalid JSON in header"),
 ])
 def test_not_safetensors(plain, content, words):
     (plain / "model.safetensors").write_bytes(content)
-    with pytest.raises(CheckpointError, match=f"model.safetensors: not a safetensors file \\({words}"):
+    with pytest.raises(CheckpointError, match=f"model.safetensors: not a valid safetensors file \\(.*{words}"):
         load_weights(plain)
 
 
 def test_truncated_file(plain):
     f = plain / "model.safetensors"
     f.write_bytes(f.read_bytes()[:-100])
-    with pytest.raises(CheckpointError, match=r"model\.safetensors: tensor .* do not fit the file"):
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: not a valid safetensors file \(.*"
+                                              r"(incomplete|not fully covered)"):
         load_weights(plain)
 
 
