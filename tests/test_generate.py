@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpt2block.backends import make_runner
-from gpt2block.backends.base import Cache, Runner
+from gpt2block.backends.base import BatchTooLarge, Cache, Runner
 from gpt2block.checkpoint import load_model
 from gpt2block.config import GPT2Config
 from gpt2block.generate import GenerationWarning, RowText, generate
@@ -201,7 +201,7 @@ def test_endoftext_stops_a_row_and_finished_rows_keep_no_output(small_tok, runne
 
 
 @pytest.mark.parametrize("runner_type", [ScriptedRunner, AheadRunner])
-def test_context_full_stops_cleanly_and_the_other_rows_go_on(small_tok, runner_type):
+def test_a_long_prompt_is_cut_so_that_every_row_gets_its_new_tokens(small_tok, runner_type):
     tok = small_tok
     n_ctx = 16
     long_prompt = tok.encode("Quick brown foxes jump over lazy dogs; seven wizards quietly judge")[: n_ctx - 2]
@@ -212,10 +212,16 @@ def test_context_full_stops_cleanly_and_the_other_rows_go_on(small_tok, runner_t
     messages = []
     res = generate(runner, tok, [tok.decode(long_prompt), "a"], max_new_tokens=12, params=GREEDY,
                    log=messages.append)
-    assert res[0].prompt_ids == long_prompt
-    assert res[0].stop_reason == "context" and len(res[0].token_ids) == 2  # prompt + generated = n_ctx
-    assert any("filled the context of 16" in m for m in messages)
-    assert res[1].stop_reason == "length" and res[1].token_ids == script[:12]  # went on past row 0's stop
+    assert res[0].prompt_ids == long_prompt[-4:]
+    assert messages == [f"the prompt has {n_ctx - 2} tokens; the context holds 16, 12 of them for new tokens: "
+                        "keeping its last 4 tokens"]
+    for r in res:
+        assert r.stop_reason == "length" and r.token_ids == script[:12]
+    # the whole context used, never more: a runner's cache refuses a token past n_ctx (ContextFull)
+    with pytest.raises(ValueError, match="max_new_tokens must be at most 15"):
+        generate(runner, tok, ["a"], max_new_tokens=16, params=GREEDY)
+    (r,) = generate(runner_type(tok.vocab_size, n_ctx, {0: script}), tok, ["a"], max_new_tokens=15, params=GREEDY)
+    assert r.token_ids == script[:15]
 
 
 def test_greedy_steps_equal_decode_greedy_one_step_at_a_time(tiny):
@@ -255,31 +261,45 @@ def test_greedy_steps_end_at_a_full_context_and_closing_takes_back_the_step_ahea
         runner.greedy_steps(cache, np.array([7, 8]), max_steps=2.5)
 
 
-def test_context_full_with_the_numpy_runner(tiny):
+def test_a_prompt_too_long_for_max_new_tokens_keeps_its_last_tokens_and_max_new_tokens_is_honoured(tiny):
     runner, tok = tiny
     n_ctx = runner.config.n_ctx
-    text = "Numbers like 1024, 768, 50257 and 3.14159 appear in configuration files. " * 4
-    ids = tok.encode(text)[: n_ctx - 3]
-    with pytest.warns(GenerationWarning, match="filled the context"):
-        res = generate(runner, tok, [tok.decode(ids), "Twelve"], 10, SamplingParams(temperature=0.8), seed=2)
-    assert res[0].stop_reason in ("context", "eot")
-    assert len(res[0].prompt_ids) + len(res[0].token_ids) <= n_ctx
+    ids = tok.encode("Numbers like 1024, 768, 50257 and 3.14159 appear in configuration files. " * 4)[: n_ctx - 3]
+    no_eot = SamplingParams(temperature=0.8, top_k=0)
+    with pytest.warns(GenerationWarning, match=f"keeping its last {n_ctx - 20} tokens"):
+        res = generate(runner, tok, [tok.decode(ids), "Twelve"], 20, no_eot, seed=2)
+    assert res[0].prompt_ids == tok.encode(tok.decode(ids))[-(n_ctx - 20):]
+    for r in res:
+        assert r.stop_reason == "eot" or len(r.token_ids) == 20
+        assert len(r.prompt_ids) + len(r.token_ids) <= n_ctx
+    # a whole context of new tokens after a one-token prompt
+    (full,) = generate(runner, tok, [""], n_ctx - 1, GREEDY)
+    assert full.stop_reason == "eot" or len(full.token_ids) == n_ctx - 1
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"prompts": "not a list"}, "lists of str"),
-    ({"prompts": [1]}, "list of str"),
-    ({"prompts": []}, "no prompts"),
-    ({"max_new_tokens": 0}, "max_new_tokens"),
-    ({"num_samples": 0}, "num_samples"),
-    ({"stop": [""]}, "stop string"),
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"prompts": "not a list"}, TypeError, "lists of str"),
+    ({"prompts": [1]}, TypeError, "prompt 0 must be a str"),
+    ({"prompts": ["ok", "a\udcffb"]}, ValueError, "prompt 1 is not valid Unicode text: .* at character 1"),
+    ({"prompts": []}, ValueError, "no prompts"),
+    ({"max_new_tokens": 0}, ValueError, "max_new_tokens"),
+    ({"max_new_tokens": 64}, ValueError, "max_new_tokens must be at most 63"),
+    ({"max_new_tokens": 2.0}, TypeError, "max_new_tokens must be an integer"),
+    ({"num_samples": 0}, ValueError, "num_samples"),
+    ({"num_samples": True}, TypeError, "num_samples"),
+    ({"num_samples": 10**30}, BatchTooLarge, "rows need .* GiB of KV cache"),
+    ({"stop": [""]}, ValueError, "stop string"),
+    ({"seed": -1}, ValueError, "seed must be in"),
+    ({"seed": 2**64}, ValueError, "seed must be in"),
+    ({"seed": 1.5}, TypeError, "seed must be an integer"),
+    ({"logprobs": 21}, ValueError, "top_logprobs must be in"),
 ])
-def test_bad_arguments(tiny, kwargs, match):
+def test_bad_arguments(tiny, kwargs, error, match):
     runner, tok = tiny
-    args = {"prompts": ["x"], "max_new_tokens": 2, "num_samples": 1, "stop": ()} | kwargs
-    with pytest.raises(ValueError, match=match):
+    args = {"prompts": ["x"], "max_new_tokens": 2, "num_samples": 1, "stop": (), "seed": 0, "logprobs": None} | kwargs
+    with pytest.raises(error, match=match):
         generate(runner, tok, args["prompts"], args["max_new_tokens"], GREEDY, stop=args["stop"],
-                 num_samples=args["num_samples"])
+                 num_samples=args["num_samples"], seed=args["seed"], logprobs=args["logprobs"])
 
 
 # ---- the stop-string streamer, property-tested on the small tokenizer
@@ -316,14 +336,14 @@ def test_streamer_releases_exactly_the_text_before_the_first_stop(small_tok, wor
 def test_any_generation_options_repeat_and_keep_their_promises(tiny, temperature, top_k, top_p, penalty, seed,
                                                                 num_samples, max_new, stop):
     runner, tok = tiny
-    params = SamplingParams(temperature, top_k, top_p, penalty)
+    params = SamplingParams(temperature, top_k, top_p, repetition_penalty=penalty)
     pieces, on_token = collect()
     a = generate(runner, tok, ["Sampling picks a token", ""], max_new, params, seed, stop, num_samples, on_token)
     b = generate(runner, tok, ["Sampling picks a token", ""], max_new, params, seed, stop, num_samples)
     assert [r.token_ids for r in a] == [r.token_ids for r in b]
     assert len(a) == 2 * num_samples
     for row, r in enumerate(a):
-        assert r.stop_reason in ("eot", "stop", "length", "context")
+        assert r.stop_reason in ("eot", "stop", "length")
         assert len(r.token_ids) <= max_new and tok.eot_id not in r.token_ids
         assert (r.stop_reason == "length") == (len(r.token_ids) == max_new and r.stop_reason != "stop")
         assert "".join(pieces.get(row, [])) == r.text
