@@ -262,7 +262,7 @@ def generate_iter(
                              [] if top_n else None))
             row_params.append(sp)
     batch = SamplingBatch(row_params, [seed] * len(rows), [r.sample for r in rows], [r.prompt_ids for r in rows],
-                          [r.output_ids for r in rows], top_n or 0)
+                          [r.output_ids for r in rows], top_n is not None, top_n or 0)
     return _loop(runner, rows, batch, max_new_tokens, eot, seed, top_n is not None, t_start)
 
 

@@ -288,7 +288,7 @@ def draw(probs, u: float) -> int:
 @dataclass
 class SampleOutput:
     ids: np.ndarray  # [B] int64
-    logprobs: np.ndarray  # [B] float32: the chosen ids' log-probabilities under the raw distribution
+    logprobs: Optional[np.ndarray] = None  # [B] float32: the chosen ids' log-probabilities, raw distribution
     top_ids: Optional[np.ndarray] = None  # [B, n] int64, most likely first (ties: lower id first)
     top_logprobs: Optional[np.ndarray] = None  # [B, n] float32
 
@@ -309,13 +309,15 @@ def _per_row(name: str, value, B: int) -> list:
 
 
 def sample(logits, params: Union[SamplingParams, Sequence[SamplingParams]], *, u=None, seeds=None,
-           positions=None, sample_indices=0, prompt_ids=None, output_ids=None, top_logprobs: int = 0) -> SampleOutput:
+           positions=None, sample_indices=0, prompt_ids=None, output_ids=None, logprobs: bool = True,
+           top_logprobs: int = 0) -> SampleOutput:
     """logits [B, V] -> SampleOutput (ids [B], ...). Each row has its own parameters when ``params`` is a
     sequence of B SamplingParams.
 
     The uniforms are ``u`` [B] when given (each in [0, 1)), else the contract's Philox numbers of
     (seeds, positions, sample_indices) ([B] each or one value). Greedy rows use none.
     prompt_ids[b], output_ids[b]: row b's prompt and generated ids (the penalties' histories).
+    logprobs: whether to give the chosen ids' log-probabilities (always given with top_logprobs > 0).
     """
     logits = check_logits(logits)
     B, V = logits.shape
@@ -335,6 +337,7 @@ def sample(logits, params: Union[SamplingParams, Sequence[SamplingParams]], *, u
         u = philox_uniform(seeds, positions, sample_indices)
         if u.shape[0] != B:
             raise SamplingError(f"got random numbers for {u.shape[0]} rows; the logits have {B}")
+    logprobs = logprobs or top_n > 0
     ids = np.empty(B, np.int64)
     lp = np.empty(B, np.float32)
     top_i = np.empty((B, top_n), np.int64)
@@ -344,12 +347,14 @@ def sample(logits, params: Union[SamplingParams, Sequence[SamplingParams]], *, u
         if p.penalised:
             l = apply_penalties(l, p, prompts[b], outputs[b])
         ids[b] = int(np.argmax(l)) if p.greedy else draw(_kept(l, p), float(u[b]))
+        if not logprobs:
+            continue
         raw = raw_logprobs(logits[b])  # [V]
         lp[b] = raw[ids[b]]
         if top_n:
             order = np.argsort(-raw, kind="stable")[:top_n]
             top_i[b], top_v[b] = order, raw[order]
-    return SampleOutput(ids, lp, top_i if top_n else None, top_v if top_n else None)
+    return SampleOutput(ids, lp if logprobs else None, top_i if top_n else None, top_v if top_n else None)
 
 
 def _uniforms(u, B: int) -> np.ndarray:
@@ -386,7 +391,8 @@ class SamplingBatch:
     sample_indices: np.ndarray  # [B] int64
     prompt_ids: list  # [B] lists of ints
     output_ids: list = field(default_factory=list)  # [B] lists of ints
-    top_logprobs: int = 0
+    logprobs: bool = False  # the chosen ids' log-probabilities wanted
+    top_logprobs: int = 0  # and the top-n of each row's raw distribution (0: none)
 
     def __post_init__(self):
         B = len(self.params)
@@ -414,4 +420,4 @@ class SamplingBatch:
         """The NumPy sampler on host logits [B, V]; positions [B]: each row's position of the drawn token."""
         return sample(logits, self.params, seeds=self.seeds, positions=positions,
                       sample_indices=self.sample_indices, prompt_ids=self.prompt_ids, output_ids=self.output_ids,
-                      top_logprobs=self.top_logprobs)
+                      logprobs=self.logprobs, top_logprobs=self.top_logprobs)

@@ -304,6 +304,7 @@ def _overflowing(monkeypatch):
     monkeypatch.setattr(cli_mod, "load_runner", load)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("temperature", ["0", "1"])
 def test_non_finite_logits_end_generate_with_an_error(tiny_ckpt, monkeypatch, temperature):
     _overflowing(monkeypatch)
@@ -311,6 +312,7 @@ def test_non_finite_logits_end_generate_with_an_error(tiny_ckpt, monkeypatch, te
     assert r.exit_code == 1 and "Error:" in r.stderr and "logits" in r.stderr and "Traceback" not in r.output
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_non_finite_logits_end_perplexity_with_an_error(tiny_ckpt, monkeypatch, tmp_path):
     _overflowing(monkeypatch)
     f = tmp_path / "text.txt"

@@ -352,3 +352,81 @@ def test_any_generation_options_repeat_and_keep_their_promises(tiny, temperature
             assert r.stop_string in stop and tok.decode(r.token_ids).startswith(r.text + r.stop_string)
         else:
             assert r.text == tok.decode(r.token_ids)
+
+
+# ---- the Runner interface the generation loop uses (defaults in base.Runner; the NumPy runner's own)
+
+
+@pytest.mark.parametrize("chunk_tokens", [2048, 40])
+def test_batched_prefill_equals_each_row_alone(tiny, monkeypatch, chunk_tokens):
+    from gpt2block.backends import numpy_ref
+
+    monkeypatch.setattr(numpy_ref, "PREFILL_CHUNK_TOKENS", chunk_tokens)  # 40: rows split over several passes
+    runner, _ = tiny
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(0, 512, n) for n in (1, 2, 31, 32, 33, 60, 7)]
+    cache = runner.new_cache(8)
+    runner.prefill(cache, 3, [5, 6])  # a row that already holds tokens continues from its position
+    rows = [0, 1, 2, 4, 5, 6, 3]
+    got = runner.prefill_batch(cache, rows, prompts)  # [7, V]
+    base = Runner.prefill_batch(runner, runner.new_cache(8), [0], [prompts[0]])  # the default: row by row
+    assert got.shape == (7, 512) and got.dtype == np.float32
+    for i, (r, ids) in enumerate(zip(rows, prompts)):
+        alone = runner.new_cache(1)
+        if r == 3:
+            runner.prefill(alone, 0, [5, 6])
+        want = runner.prefill(alone, 0, ids)
+        np.testing.assert_allclose(got[i], want, atol=1e-4, rtol=0)
+        assert cache.pos[r] == len(ids) + (2 if r == 3 else 0)
+    np.testing.assert_allclose(base[0], got[0], atol=1e-4, rtol=0)
+    # the next decode step reads what the batched prefill wrote
+    step = runner.decode(cache, np.full(8, 9))
+    alone = runner.new_cache(1)
+    runner.prefill(alone, 0, prompts[2])
+    np.testing.assert_allclose(step[rows[2]], runner.decode(alone, np.array([9]))[0], atol=1e-4, rtol=0)
+
+
+def test_batched_prefill_refuses_bad_rows(tiny):
+    runner, _ = tiny
+    cache = runner.new_cache(2)
+    with pytest.raises(ValueError, match="a row appears twice"):
+        runner.prefill_batch(cache, [0, 0], [[1], [2]])
+    with pytest.raises(ValueError, match="row 2 is outside"):
+        runner.prefill_batch(cache, [2], [[1]])
+    with pytest.raises(ValueError, match="got 1 rows and 2 id lists"):
+        runner.prefill_batch(cache, [0], [[1], [2]])
+    with pytest.raises(ValueError, match="no token ids"):
+        runner.prefill_batch(cache, [0], [[]])
+
+
+def test_sample_step_is_decode_then_the_sampler_at_the_caches_positions(tiny):
+    from gpt2block.sampler import SamplingBatch, sample
+
+    runner, _ = tiny
+    params = [SamplingParams(top_k=0, top_p=0.9), SamplingParams(temperature=0.7, presence_penalty=1.0)]
+    batch = SamplingBatch(params, [7, 7], [0, 1], [[1, 2, 3], [4]], [[], [9, 9]], top_logprobs=2)
+    caches = [runner.new_cache(2) for _ in range(2)]
+    first = runner.sample_prefill(caches[0], [[1, 2, 3], [4]], batch)
+    logits = runner.prefill_batch(caches[1], [0, 1], [[1, 2, 3], [4]])
+    want = sample(logits, params, seeds=7, positions=[3, 1], sample_indices=[0, 1], prompt_ids=batch.prompt_ids,
+                  output_ids=batch.output_ids, top_logprobs=2)
+    np.testing.assert_array_equal(first.ids, want.ids)
+    out = runner.sample_step(caches[0], first.ids, batch)
+    logits = runner.decode(caches[1], first.ids)
+    want = sample(logits, params, seeds=7, positions=[4, 2], sample_indices=[0, 1], prompt_ids=batch.prompt_ids,
+                  output_ids=batch.output_ids, top_logprobs=2)
+    np.testing.assert_array_equal(out.ids, want.ids)
+    np.testing.assert_array_equal(out.top_ids, want.top_ids)
+    with pytest.raises(ValueError, match="sample_step got 2 sampling rows for a batch of 3"):
+        runner.sample_step(runner.new_cache(3), np.zeros(3, np.int64), batch)
+
+
+def test_check_batch_names_the_rows_and_the_memory(tiny):
+    runner, _ = tiny
+    runner.check_batch(8)
+    per_row = runner.state_bytes(1)
+    assert per_row == 2 * 2 * 64 * 128 * 4
+    with pytest.raises(BatchTooLarge, match=r"10000000000 rows need .* GiB of KV cache \(0.125 MiB per row\)"):
+        runner.check_batch(10**10)
+    with pytest.raises(ValueError, match="batch must be a positive int"):
+        runner.check_batch(0)

@@ -309,6 +309,8 @@ def test_logprobs_are_the_raw_distributions():
         np.testing.assert_allclose(out.top_logprobs[b], raw[order], atol=1e-6)
     assert out.top_ids[1][:3].tolist() == [5, 9, 11]
     assert sample(logits, params, seeds=1, positions=[4, 5, 6]).top_ids is None
+    lean = sample(logits, params, seeds=1, positions=[4, 5, 6], prompt_ids=[[1, 2]] * 3, logprobs=False)
+    assert lean.logprobs is None and lean.ids.tolist() == out.ids.tolist()
     with pytest.raises(SamplingError, match="top_logprobs must be in"):
         sample(logits, params, seeds=1, positions=[4, 5, 6], top_logprobs=MAX_TOP_LOGPROBS + 1)
 

@@ -18,7 +18,8 @@ NumPy sampler (a device backend overrides them to keep the work on the device):
                                              (0 in a fresh cache); chunked so that memory
                                              stays bounded
   sample_prefill(cache, id_lists, batch)     prefill rows 0..B-1 and draw each row's first
-                                             token -> SampleOutput (ids [B], logprobs [B])
+                                             token -> SampleOutput (ids [B]; logprobs [B] and
+                                             the top-n when batch asks for them)
   sample_step(cache, tokens, batch)          append tokens [B] and draw each row's next
                                              token -> SampleOutput; only ids (and
                                              log-probabilities) come back, never logits
