@@ -239,27 +239,31 @@ def apply_penalties(row, params: SamplingParams, prompt_ids=(), output_ids=()) -
     return out
 
 
-def _kept(l, params: SamplingParams) -> np.ndarray:
-    """Steps 2-6 on penalised logits l [V] (float32, not greedy): the kept probabilities [V], float64,
-    zero outside the kept set, summing to 1."""
+def _kept(l, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+    """Steps 2-5 on penalised logits l [V] (float32, not greedy): the kept set as (ids [n] ascending,
+    probabilities [n] float64 summing to 1). Work past the top-k cut is on the kept ids only."""
     V = l.shape[0]
     z = l.astype(np.float64) / params.temperature  # [V]; -inf stays -inf
-    keep = np.isfinite(z)
     if 0 < params.top_k < V:
         kth = np.partition(z, V - params.top_k)[V - params.top_k]  # the k-th largest z
-        keep &= z >= kth
-    p = np.zeros(V)
-    p[keep] = np.exp(z[keep] - z[keep].max())
+        ids = np.flatnonzero(z >= kth)  # ties with it all kept
+        if kth == -np.inf:
+            ids = ids[np.isfinite(z[ids])]
+    else:
+        ids = np.flatnonzero(np.isfinite(z))
+    zk = z[ids]
+    p = np.exp(zk - zk.max())
     p /= p.sum()  # softmax over the top-k set
+    keep = np.ones(ids.size, bool)
     if params.top_p < 1.0:
-        q = np.sort(p[keep])[::-1]  # descending
+        q = np.sort(p)[::-1]  # descending
         cum = np.cumsum(q)
         j = min(int(np.searchsorted(cum, params.top_p, side="left")), q.size - 1)
         keep &= p >= q[j]  # tau = q[j]: the largest value whose kept mass reaches top_p
     if params.min_p > 0.0:
         keep &= p >= params.min_p * p.max()
-    p = np.where(keep, p, 0.0)
-    return p / p.sum()
+    ids, p = ids[keep], p[keep]
+    return ids, p / p.sum()
 
 
 def distribution(row, params: SamplingParams, prompt_ids=(), output_ids=()) -> np.ndarray:
@@ -268,15 +272,18 @@ def distribution(row, params: SamplingParams, prompt_ids=(), output_ids=()) -> n
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params must be a SamplingParams; got {type(params).__name__}")
     l = apply_penalties(check_logits(np.asarray(row)[None])[0], params, prompt_ids, output_ids)
+    p = np.zeros(l.shape[0])
     if params.greedy:
-        p = np.zeros(l.shape[0])
         p[int(np.argmax(l))] = 1.0
-        return p
-    return _kept(l, params)
+    else:
+        ids, kept = _kept(l, params)
+        p[ids] = kept
+    return p
 
 
 def draw(probs, u: float) -> int:
-    """Step 6: the first id whose cumulative mass exceeds u * total; probs [V] >= 0, u in [0, 1)."""
+    """Step 6: the first index whose cumulative mass exceeds u * total; probs [n] >= 0 (in id order), u in
+    [0, 1)."""
     cdf = np.cumsum(probs)
     i = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
     return min(i, int(np.flatnonzero(probs)[-1]))  # u * total rounded up to the total: the last kept id
@@ -346,7 +353,11 @@ def sample(logits, params: Union[SamplingParams, Sequence[SamplingParams]], *, u
         l = logits[b]
         if p.penalised:
             l = apply_penalties(l, p, prompts[b], outputs[b])
-        ids[b] = int(np.argmax(l)) if p.greedy else draw(_kept(l, p), float(u[b]))
+        if p.greedy:
+            ids[b] = int(np.argmax(l))
+        else:
+            kept_ids, kept_p = _kept(l, p)
+            ids[b] = kept_ids[draw(kept_p, float(u[b]))]
         if not logprobs:
             continue
         raw = raw_logprobs(logits[b])  # [V]
