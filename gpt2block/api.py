@@ -67,7 +67,8 @@ class TextStream:
 class Model:
     """A loaded model: a Runner on its backend and the tokenizer. Made by ``gpt2block.load``."""
 
-    def __init__(self, runner: Runner, tokenizer: Tokenizer, source: str = "", log: Optional[Callable[[str], None]] = None):
+    def __init__(self, runner: Runner, tokenizer: Tokenizer, source: str = "",
+                 log: Optional[Callable[[str], None]] = None):
         if tokenizer.vocab_size > runner.config.vocab_size:
             raise CheckpointError(f"{tokenizer.source}: the tokenizer has {tokenizer.vocab_size} tokens but the "
                                   f"model's vocab_size is {runner.config.vocab_size}")

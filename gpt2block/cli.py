@@ -296,8 +296,8 @@ def json_report(loaded, runner, seed, params, results, times: dict | None = None
             "decode_s": sum(t.decode_s for t in timings),
             "new_tokens": sum(t.new_tokens for t in timings),
             "tokens_per_s": (sum(t.new_tokens for t in timings) / s) if (s := sum(t.total_s for t in timings)) else 0.0,
-            "decode_tokens_per_s": (sum(t.decode_tokens for t in timings) / s) if (s := sum(t.decode_s for t in timings))
-            else 0.0,
+            "decode_tokens_per_s": (sum(t.decode_tokens for t in timings) / d)
+            if (d := sum(t.decode_s for t in timings)) else 0.0,
             "wall_s": sum(t.wall_s for t in timings),
             "load_s": times.get("load_s"),
             "setup_s": times.get("setup_s"),

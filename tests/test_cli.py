@@ -104,6 +104,8 @@ def test_generate_json_repeats_with_the_same_seed_and_matches_the_api(tiny_ckpt)
     assert ja["samples"][0]["token_ids"] == api.token_ids
     assert ja["samples"][0]["text"] == api.text
     assert ja["backend"] == "numpy" and ja["timing"]["new_tokens"] == len(api.token_ids)
+    t = ja["timing"]
+    assert t["wall_s"] >= t["prefill_s"] + t["decode_s"] > 0 and t["decode_tokens_per_s"] > 0
 
 
 def test_generate_defaults_are_the_apis():
