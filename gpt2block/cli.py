@@ -8,7 +8,9 @@ bad option values are click usage errors (status 2).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import platform
 import secrets
 import sys
@@ -24,8 +26,11 @@ from .backends import BACKENDS, PRECISIONS, BackendError, cuda_status, make_runn
 from .checkpoint import HUB_IDS, CheckpointError, default_pack_path, load_model, pack
 from .config import ConfigError
 from .kernel_source import set_compile_progress
+from .api import Model
+from .generate import DEFAULT_MAX_NEW_TOKENS, check_max_new_tokens
 from .output import OutputError
-from .sampler import SamplingError, SamplingParams
+from .perplexity import PerplexityError
+from .sampler import SEED_MAX, TEMPERATURE_FLOOR, SamplingError, SamplingParams
 from .tokenizer import TokenizerError
 
 USER_ERRORS = (CheckpointError, ConfigError, BackendError, TokenizerError, OutputError)
@@ -118,20 +123,64 @@ def stop_strings(ctx, param, values):
     return out
 
 
+class FiniteFloatRange(click.FloatRange):
+    """click.FloatRange that also refuses nan and inf."""
+
+    def convert(self, value, param, ctx):
+        v = super().convert(value, param, ctx)
+        if not math.isfinite(v):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return v
+
+
+def read_prompt(prompt: str) -> str:
+    """The PROMPT argument, or stdin for '-': UTF-8 text, else Error: naming the byte offset."""
+    if prompt == "-":
+        stream = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
+        if stream is None:
+            return sys.stdin.read()
+        data = stream.read()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise click.ClickException(f"the prompt on stdin is not UTF-8 text: byte 0x{data[e.start]:02x} at "
+                                       f"byte offset {e.start}") from None
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:  # the shell's bytes that are not UTF-8 arrive as lone surrogates
+        try:
+            offset = f"byte offset {len(prompt[:e.start].encode('utf-8', 'surrogateescape'))}"
+            byte = f"byte 0x{prompt[e.start].encode('utf-8', 'surrogateescape')[0]:02x}"
+        except UnicodeEncodeError:
+            offset, byte = f"character {e.start}", f"{prompt[e.start]!r}"
+        raise click.ClickException(f"the prompt (PROMPT) is not UTF-8 text: {byte} at {offset}") from None
+    return prompt
+
+
+_D = SamplingParams()  # the defaults (shared with the Python API)
+
+
 @main.command()
 @click.argument("prompt")
 @model_option()
 @backend_option
 @precision_option
-@click.option("--max-new-tokens", "-n", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option("--temperature", "-t", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="0 = greedy")
-@click.option("--top-k", type=click.IntRange(min=0), default=50, show_default=True, help="0 = off")
-@click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=1.0, show_default=True,
+@click.option("--max-new-tokens", "-n", type=click.IntRange(min=1), default=DEFAULT_MAX_NEW_TOKENS,
+              show_default=True, help="at most n_ctx - 1; a longer prompt keeps its last n_ctx - n tokens")
+@click.option("--temperature", "-t", type=FiniteFloatRange(min=0), default=_D.temperature, show_default=True,
+              help=f"0 (or below {TEMPERATURE_FLOOR:g}) = greedy")
+@click.option("--top-k", type=click.IntRange(min=0), default=_D.top_k, show_default=True, help="0 = off")
+@click.option("--top-p", type=FiniteFloatRange(min=0, max=1, min_open=True), default=_D.top_p, show_default=True,
               help="nucleus sampling; 1 = off")
-@click.option("--repetition-penalty", type=click.FloatRange(min=0, min_open=True), default=1.0,
-              show_default=True, help="CTRL-style; 1 = off")
-@click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=None,
+@click.option("--min-p", type=FiniteFloatRange(min=0, max=1), default=_D.min_p, show_default=True,
+              help="keep tokens at least min-p times as likely as the most likely one; 0 = off")
+@click.option("--repetition-penalty", type=FiniteFloatRange(min=0, min_open=True), default=_D.repetition_penalty,
+              show_default=True, help="CTRL-style, over the prompt and the generated tokens; 1 = off")
+@click.option("--presence-penalty", type=FiniteFloatRange(min=-2, max=2), default=_D.presence_penalty,
+              show_default=True, help="OpenAI's, over the generated tokens; 0 = off")
+@click.option("--frequency-penalty", type=FiniteFloatRange(min=-2, max=2), default=_D.frequency_penalty,
+              show_default=True, help="OpenAI's, per occurrence in the generated tokens; 0 = off")
+@click.option("--seed", type=click.IntRange(min=0, max=SEED_MAX), default=None,
               help="seed of the sampler's random numbers [default: a fresh one, printed in the summary]")
 @click.option("--stop", multiple=True, callback=stop_strings,
               help="stop at this text (repeatable; \\n, \\t understood); the output is cut before it")
@@ -139,22 +188,28 @@ def stop_strings(ctx, param, values):
 @click.option("--stream/--no-stream", default=True, show_default=True,
               help="print tokens as they come (with --num-samples > 1 the first sample streams, the others follow it)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object with every sample (no streaming)")
-def generate(prompt, model, backend, precision, max_new_tokens, temperature, top_k, top_p, repetition_penalty,
-             seed, stop, num_samples, stream, as_json):
+def generate(prompt, model, backend, precision, max_new_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
+             presence_penalty, frequency_penalty, seed, stop, num_samples, stream, as_json):
     """Continue PROMPT (- reads it from stdin)."""
-    from .generate import generate as run_generate
-
     started_at = time.perf_counter()  # the start-up times of the summary are counted from here
 
-    if prompt == "-":
-        prompt = sys.stdin.read()
+    prompt = read_prompt(prompt)
     try:
-        params = SamplingParams(temperature, top_k, top_p, repetition_penalty)
+        params = SamplingParams(temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
+                                frequency_penalty)
     except SamplingError as e:
         raise click.UsageError(str(e)) from None
-    seed = secrets.randbits(63) if seed is None else seed
+    seed = secrets.randbits(64) if seed is None else seed
     times: dict = {}
     loaded, runner = load_runner(model, backend, precision, times)
+    for name, check in (("--max-new-tokens", lambda: check_max_new_tokens(max_new_tokens, runner.config.n_ctx)),
+                        ("--num-samples", lambda: runner.check_batch(num_samples))):
+        try:
+            check()
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint=name) from None
+    with user_errors():
+        api_model = Model(runner, loaded.tokenizer, loaded.source, log=note)
     out = sys.stdout
     stream = stream and not as_json
 
@@ -176,12 +231,6 @@ def generate(prompt, model, backend, precision, max_new_tokens, temperature, top
             write(header(0) + prompt)
             started.append(True)
 
-    def on_token(row, text):  # the first sample streams live; the others are printed after it
-        if row == 0:
-            start()
-            write(text)
-            out.flush()
-
     def build_note(message):
         if line_open[0]:
             message, line_open[0] = "\n" + message, False
@@ -189,9 +238,20 @@ def generate(prompt, model, backend, precision, max_new_tokens, temperature, top
 
     set_compile_progress(build_note)
 
-    with user_errors():
-        results = run_generate(runner, loaded.tokenizer, [prompt], max_new_tokens, params, seed, stop,
-                               num_samples, on_token if stream else None, note)
+    with user_errors(SamplingError):
+        pieces = api_model.generate(prompt, max_new_tokens, temperature=params.temperature, top_k=params.top_k,
+                                    top_p=params.top_p, min_p=params.min_p,
+                                    repetition_penalty=params.repetition_penalty,
+                                    presence_penalty=params.presence_penalty,
+                                    frequency_penalty=params.frequency_penalty, seed=seed, n=num_samples,
+                                    stop=stop, stream=True)
+        for piece in pieces:  # the first sample streams live; the others are printed after it
+            text = piece if isinstance(piece, str) else piece.text if piece.sample == 0 else ""
+            if stream and text:
+                start()
+                write(text)
+                out.flush()
+    results = pieces.result if num_samples > 1 else [pieces.result]
     first = results[0].timing.first_token_at if results else None
     if first is not None:
         times["first_token_s"] = first - started_at
@@ -237,8 +297,7 @@ def json_report(loaded, runner, seed, params, results, times: dict | None = None
         "backend": runner.backend,
         "precision": runner.precision,
         "seed": seed,
-        "sampling": {"temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p,
-                     "repetition_penalty": params.repetition_penalty},
+        "sampling": dataclasses.asdict(params),
         "samples": [
             {"prompt": r.prompt, "text": r.text, "token_ids": r.token_ids, "prompt_ids": r.prompt_ids,
              "stop_reason": r.stop_reason, "stop_string": r.stop_string, "new_tokens": r.new_tokens}
@@ -249,6 +308,9 @@ def json_report(loaded, runner, seed, params, results, times: dict | None = None
             "decode_s": sum(t.decode_s for t in timings),
             "new_tokens": sum(t.new_tokens for t in timings),
             "tokens_per_s": (sum(t.new_tokens for t in timings) / s) if (s := sum(t.total_s for t in timings)) else 0.0,
+            "decode_tokens_per_s": (sum(t.decode_tokens for t in timings) / d)
+            if (d := sum(t.decode_s for t in timings)) else 0.0,
+            "wall_s": sum(t.wall_s for t in timings),
             "load_s": times.get("load_s"),
             "setup_s": times.get("setup_s"),
             "first_token_s": times.get("first_token_s"),
@@ -302,8 +364,6 @@ def validate(model, backend, precision, prompt):
               help="tokens between window starts [default: max-length // 2]")
 def perplexity(file, model, backend, precision, max_length, stride):
     """Sliding-window perplexity of the text in FILE (transformers' perplexity guide)."""
-    from .perplexity import PerplexityError, perplexity as run_ppl
-
     try:
         text = Path(file).read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
@@ -317,8 +377,7 @@ def perplexity(file, model, backend, precision, max_length, stride):
     if stride is not None and stride > L:
         raise click.BadParameter(f"{stride} is larger than the window length ({L})", param_hint="--stride")
     with user_errors(PerplexityError):
-        ids = loaded.tokenizer.encode(text)
-        res = run_ppl(runner, ids, max_length, stride)
+        res = Model(runner, loaded.tokenizer, loaded.source).perplexity(text, max_length, stride)
     click.echo(f"perplexity {res.ppl:.6f}")
     note(f"[gpt2block] {res.n_tokens} tokens, {res.n_windows} windows of {res.max_length} (stride {res.stride}), "
          f"mean nll {res.avg_nll:.6f}, backend {runner.describe()}")

@@ -91,7 +91,14 @@ def perplexity(
         chunk = ids[begin:end]
         n_win += 1
         if trg_len >= 2:  # else its weight valid - 1 is 0: a one-token tail window scores nothing
-            loss, valid = window_loss(runner.forward(chunk), chunk, trg_len)
+            logits = runner.forward(chunk)  # [L, V]
+            if np.isnan(logits).any() or np.isposinf(logits).any():
+                raise PerplexityError(f"the model's logits in window {n_win} (tokens {begin} to {end}) are NaN or "
+                                      "+inf: its activations overflow (weights that are not usable)")
+            loss, valid = window_loss(logits, chunk, trg_len)
+            if not np.isfinite(loss):
+                raise PerplexityError(f"window {n_win} (tokens {begin} to {end}) scores a token the model gives "
+                                      "probability 0 (a -inf logit): the perplexity is infinite")
             nll_sum += loss * (valid - 1)
             n_scored += valid - 1
         if on_window is not None:

@@ -16,7 +16,8 @@ from gpt2block import cli as cli_mod
 from gpt2block.backends import cuda_status, make_runner
 from gpt2block.checkpoint import load_model
 from gpt2block.cli import main
-from gpt2block.generate import generate
+import gpt2block
+from gpt2block.generate import DEFAULT_MAX_NEW_TOKENS
 from gpt2block.sampler import SamplingParams
 
 from test_perplexity import TEXT, guide_perplexity
@@ -48,22 +49,22 @@ class _BuildingRunner:
 
         compile_progress()(f"[gpt2block] compiling kernels/{what}.cu for this GPU (first run only; cached after) ...")
 
-    def prefill(self, *args, **kw):
+    def sample_prefill(self, *args, **kw):
         self._report("prefill")
-        return self._inner.prefill(*args, **kw)
+        return self._inner.sample_prefill(*args, **kw)
 
-    def decode(self, *args, **kw):
+    def sample_step(self, *args, **kw):
         if not self._decoded:
             self._decoded = True
             self._report("decode")
-        return self._inner.decode(*args, **kw)
+        return self._inner.sample_step(*args, **kw)
 
 
 def test_generate_keeps_build_messages_out_of_the_streamed_line(tiny_ckpt, monkeypatch):
     """A first run's kernel builds (kernel_source.set_compile_progress, set by the CLI) go to stderr:
     those before the first token come before the streamed prompt, and one after it starts a line of its
     own; stdout is the same text as a run without them."""
-    plain = gen(tiny_ckpt, "The engine keeps", "-n", 6, "--seed", 5)
+    plain = gen(tiny_ckpt, "The engine keeps", "-n", 6, "--seed", 3)  # a seed whose first token is whole text
     real = cli_mod.load_runner
 
     def building(*args):
@@ -71,7 +72,7 @@ def test_generate_keeps_build_messages_out_of_the_streamed_line(tiny_ckpt, monke
         return loaded, _BuildingRunner(runner)
 
     monkeypatch.setattr(cli_mod, "load_runner", building)
-    r = gen(tiny_ckpt, "The engine keeps", "-n", 6, "--seed", 5)
+    r = gen(tiny_ckpt, "The engine keeps", "-n", 6, "--seed", 3)
     assert r.exit_code == 0, r.output
     assert r.stdout == plain.stdout
     assert "[gpt2block] compiling kernels/prefill.cu" in r.stderr and "\n[gpt2block] compiling kernels/prefill" not in r.stderr
@@ -89,17 +90,36 @@ def test_generate_streams_prompt_and_continuation(tiny_ckpt):
 
 def test_generate_json_repeats_with_the_same_seed_and_matches_the_api(tiny_ckpt):
     args = ("Quick brown foxes", "-n", 10, "--seed", 42, "--temperature", 0.9, "--top-k", 30, "--top-p", 0.9,
-            "--repetition-penalty", 1.2, "--json")
+            "--min-p", 0.01, "--repetition-penalty", 1.2, "--presence-penalty", 0.5, "--frequency-penalty", -0.3,
+            "--json")
     a, b = gen(tiny_ckpt, *args), gen(tiny_ckpt, *args)
     assert a.exit_code == 0, a.output
     ja, jb = json.loads(a.stdout), json.loads(b.stdout)
     assert ja["samples"] == jb["samples"] and ja["seed"] == 42
-    loaded = load_model(tiny_ckpt.path)
-    (api,) = generate(make_runner(loaded.weights, "numpy"), loaded.tokenizer, ["Quick brown foxes"], 10,
-                      SamplingParams(0.9, 30, 0.9, 1.2), seed=42)
+    assert ja["sampling"] == {"temperature": 0.9, "top_k": 30, "top_p": 0.9, "min_p": 0.01, "repetition_penalty": 1.2,
+                              "presence_penalty": 0.5, "frequency_penalty": -0.3}
+    api = gpt2block.load(str(tiny_ckpt.path), backend="numpy").generate(
+        "Quick brown foxes", 10, temperature=0.9, top_k=30, top_p=0.9, min_p=0.01, repetition_penalty=1.2,
+        presence_penalty=0.5, frequency_penalty=-0.3, seed=42)
     assert ja["samples"][0]["token_ids"] == api.token_ids
     assert ja["samples"][0]["text"] == api.text
     assert ja["backend"] == "numpy" and ja["timing"]["new_tokens"] == len(api.token_ids)
+    t = ja["timing"]
+    assert t["wall_s"] >= t["prefill_s"] + t["decode_s"] > 0 and t["decode_tokens_per_s"] > 0
+
+
+def test_generate_defaults_are_the_apis():
+    """One owner of the defaults: the CLI's options show SamplingParams's and DEFAULT_MAX_NEW_TOKENS."""
+    import inspect
+
+    defaults = SamplingParams()
+    opts = {p.name: p.default for p in cli_mod.generate.params}
+    sig = inspect.signature(gpt2block.Model.generate).parameters
+    for name in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+                 "frequency_penalty"):
+        assert opts[name] == getattr(defaults, name) == sig[name].default, name
+    assert opts["max_new_tokens"] == DEFAULT_MAX_NEW_TOKENS == sig["max_new_tokens"].default
+    assert (defaults.temperature, defaults.top_k, defaults.top_p) == (1.0, 50, 1.0)
 
 
 def test_generate_reports_its_start_up(tiny_ckpt, monkeypatch):
@@ -191,6 +211,18 @@ BAD_GENERATE_OPTIONS = [
     (("--repetition-penalty", "0"), "--repetition-penalty"),
     (("--repetition-penalty", "-2"), "--repetition-penalty"),
     (("--seed", "-1"), "--seed"),
+    (("--seed", str(2**64)), "--seed"),
+    (("--temperature", "inf"), "--temperature"),
+    (("--top-p", "nan"), "--top-p"),
+    (("--min-p", "-0.1"), "--min-p"),
+    (("--min-p", "1.5"), "--min-p"),
+    (("--min-p", "nan"), "--min-p"),
+    (("--presence-penalty", "2.5"), "--presence-penalty"),
+    (("--presence-penalty", "-inf"), "--presence-penalty"),
+    (("--frequency-penalty", "-3"), "--frequency-penalty"),
+    (("--frequency-penalty", "nan"), "--frequency-penalty"),
+    (("--repetition-penalty", "inf"), "--repetition-penalty"),
+    (("--num-samples", "x"), "--num-samples"),
     (("--num-samples", "0"), "--num-samples"),
     (("--backend", "tpu"), "--backend"),
     (("--precision", "fp16"), "--precision"),
@@ -204,6 +236,92 @@ def test_every_bad_generate_option_is_a_usage_error(tiny_ckpt, args, name):
     r = gen(tiny_ckpt, "hi", *args)
     assert r.exit_code == 2, r.output
     assert name in r.stderr and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("args, name, words", [
+    (("-n", "64"), "--max-new-tokens", "at most 63"),
+    (("-n", str(10**30)), "--max-new-tokens", "at most 63"),
+    (("-n", "2", "--num-samples", str(10**30)), "--num-samples", "GiB of KV cache"),
+    (("-n", "2", "--num-samples", str(10**9)), "--num-samples", "GiB of KV cache"),
+])
+def test_huge_counts_are_refused_at_once_naming_what_they_need(tiny_ckpt, args, name, words):
+    t0 = time.perf_counter()
+    r = gen(tiny_ckpt, "hi", *args)
+    assert time.perf_counter() - t0 < 20
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith("Usage") or "Error:" in r.stderr
+    assert name in r.stderr and words in r.stderr and "Traceback" not in r.output
+
+
+def test_a_temperature_that_underflows_is_greedy(tiny_ckpt):
+    greedy = json.loads(gen(tiny_ckpt, "Numbers", "-n", 8, "-t", 0, "--json").stdout)["samples"]
+    tiny_t = gen(tiny_ckpt, "Numbers", "-n", 8, "-t", "1e-320", "--json", "--seed", 1)
+    assert tiny_t.exit_code == 0 and "Warning" not in tiny_t.stderr
+    assert json.loads(tiny_t.stdout)["samples"] == greedy
+
+
+def test_the_new_sampling_options_change_the_draw(tiny_ckpt):
+    base = ("Sampling picks", "-n", 12, "--seed", 4, "--json")
+    plain = json.loads(gen(tiny_ckpt, *base).stdout)["samples"][0]["token_ids"]
+    for opt, value in (("--frequency-penalty", 2), ("--presence-penalty", 2), ("--min-p", 0.9)):
+        other = json.loads(gen(tiny_ckpt, *base, opt, value).stdout)["samples"][0]["token_ids"]
+        assert other != plain, opt
+
+
+def test_a_prompt_too_long_for_n_keeps_its_last_tokens_and_n_is_honoured(tiny_ckpt):
+    text = "Quick brown foxes jump over lazy dogs. " * 20
+    r = gen(tiny_ckpt, text, "-n", 40, "-t", 0.8, "--seed", 1, "--top-k", 0, "--json")
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)["samples"][0]
+    assert "keeping its last 24 tokens" in r.stderr
+    assert len(s["prompt_ids"]) == 24 and (s["stop_reason"] == "length") == (len(s["token_ids"]) == 40)
+
+
+@pytest.mark.parametrize("how", ["argument", "stdin"])
+def test_a_prompt_that_is_not_utf8_is_refused_with_its_byte_offset(tiny_ckpt, how):
+    if how == "argument":  # the shell's bytes b"ab\xffc" reach Python as "ab\udcffc" (surrogateescape)
+        r = gen(tiny_ckpt, "ab\udcffc", "-n", 2)
+    else:
+        r = gen(tiny_ckpt, "-", "-n", 2, input=b"h\xc3\xa9llo \xff")
+    assert r.exit_code == 1, r.output
+    assert "Error:" in r.stderr and "not UTF-8" in r.stderr and "Traceback" not in r.output
+    assert "byte 0xff at byte offset " + ("2" if how == "argument" else "7") in r.stderr
+
+
+def test_a_prompt_argument_of_raw_bytes_from_a_real_shell(tiny_ckpt):
+    r = subprocess.run([sys.executable, "-m", "gpt2block", "generate", b"ab\xfe", "--model", str(tiny_ckpt.path),
+                        "--backend", "numpy", "-n", "2"], capture_output=True)
+    assert r.returncode == 1 and b"byte 0xfe at byte offset 2" in r.stderr and b"Traceback" not in r.stderr
+
+
+def _overflowing(monkeypatch):
+    """load_runner giving a runner whose final LayerNorm gain is 3e38: finite weights, non-finite logits."""
+    real = cli_mod.load_runner
+
+    def load(*args, **kw):
+        loaded, runner = real(*args, **kw)
+        runner.ln_f_g = np.full_like(runner.ln_f_g, 3e38)
+        return loaded, runner
+
+    monkeypatch.setattr(cli_mod, "load_runner", load)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("temperature", ["0", "1"])
+def test_non_finite_logits_end_generate_with_an_error(tiny_ckpt, monkeypatch, temperature):
+    _overflowing(monkeypatch)
+    r = gen(tiny_ckpt, "hi", "-n", 3, "-t", temperature)
+    assert r.exit_code == 1 and "Error:" in r.stderr and "logits" in r.stderr and "Traceback" not in r.output
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_non_finite_logits_end_perplexity_with_an_error(tiny_ckpt, monkeypatch, tmp_path):
+    _overflowing(monkeypatch)
+    f = tmp_path / "text.txt"
+    f.write_text(TEXT)
+    r = run("perplexity", f, "--model", tiny_ckpt.path, "--backend", "numpy")
+    assert r.exit_code == 1 and "Error:" in r.stderr and "NaN" in r.stderr
+    assert "perplexity nan" not in r.stdout
 
 
 def test_generate_needs_a_prompt():

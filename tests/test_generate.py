@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpt2block.backends import make_runner
-from gpt2block.backends.base import Cache, Runner
+from gpt2block.backends.base import BatchTooLarge, Cache, Runner
 from gpt2block.checkpoint import load_model
 from gpt2block.config import GPT2Config
 from gpt2block.generate import GenerationWarning, RowText, generate
@@ -201,7 +201,7 @@ def test_endoftext_stops_a_row_and_finished_rows_keep_no_output(small_tok, runne
 
 
 @pytest.mark.parametrize("runner_type", [ScriptedRunner, AheadRunner])
-def test_context_full_stops_cleanly_and_the_other_rows_go_on(small_tok, runner_type):
+def test_a_long_prompt_is_cut_so_that_every_row_gets_its_new_tokens(small_tok, runner_type):
     tok = small_tok
     n_ctx = 16
     long_prompt = tok.encode("Quick brown foxes jump over lazy dogs; seven wizards quietly judge")[: n_ctx - 2]
@@ -212,10 +212,16 @@ def test_context_full_stops_cleanly_and_the_other_rows_go_on(small_tok, runner_t
     messages = []
     res = generate(runner, tok, [tok.decode(long_prompt), "a"], max_new_tokens=12, params=GREEDY,
                    log=messages.append)
-    assert res[0].prompt_ids == long_prompt
-    assert res[0].stop_reason == "context" and len(res[0].token_ids) == 2  # prompt + generated = n_ctx
-    assert any("filled the context of 16" in m for m in messages)
-    assert res[1].stop_reason == "length" and res[1].token_ids == script[:12]  # went on past row 0's stop
+    assert res[0].prompt_ids == long_prompt[-4:]
+    assert messages == [f"the prompt has {n_ctx - 2} tokens; the context holds 16, 12 of them for new tokens: "
+                        "keeping its last 4 tokens"]
+    for r in res:
+        assert r.stop_reason == "length" and r.token_ids == script[:12]
+    # the whole context used, never more: a runner's cache refuses a token past n_ctx (ContextFull)
+    with pytest.raises(ValueError, match="max_new_tokens must be at most 15"):
+        generate(runner, tok, ["a"], max_new_tokens=16, params=GREEDY)
+    (r,) = generate(runner_type(tok.vocab_size, n_ctx, {0: script}), tok, ["a"], max_new_tokens=15, params=GREEDY)
+    assert r.token_ids == script[:15]
 
 
 def test_greedy_steps_equal_decode_greedy_one_step_at_a_time(tiny):
@@ -255,31 +261,45 @@ def test_greedy_steps_end_at_a_full_context_and_closing_takes_back_the_step_ahea
         runner.greedy_steps(cache, np.array([7, 8]), max_steps=2.5)
 
 
-def test_context_full_with_the_numpy_runner(tiny):
+def test_a_prompt_too_long_for_max_new_tokens_keeps_its_last_tokens_and_max_new_tokens_is_honoured(tiny):
     runner, tok = tiny
     n_ctx = runner.config.n_ctx
-    text = "Numbers like 1024, 768, 50257 and 3.14159 appear in configuration files. " * 4
-    ids = tok.encode(text)[: n_ctx - 3]
-    with pytest.warns(GenerationWarning, match="filled the context"):
-        res = generate(runner, tok, [tok.decode(ids), "Twelve"], 10, SamplingParams(temperature=0.8), seed=2)
-    assert res[0].stop_reason in ("context", "eot")
-    assert len(res[0].prompt_ids) + len(res[0].token_ids) <= n_ctx
+    ids = tok.encode("Numbers like 1024, 768, 50257 and 3.14159 appear in configuration files. " * 4)[: n_ctx - 3]
+    no_eot = SamplingParams(temperature=0.8, top_k=0)
+    with pytest.warns(GenerationWarning, match=f"keeping its last {n_ctx - 20} tokens"):
+        res = generate(runner, tok, [tok.decode(ids), "Twelve"], 20, no_eot, seed=2)
+    assert res[0].prompt_ids == tok.encode(tok.decode(ids))[-(n_ctx - 20):]
+    for r in res:
+        assert r.stop_reason == "eot" or len(r.token_ids) == 20
+        assert len(r.prompt_ids) + len(r.token_ids) <= n_ctx
+    # a whole context of new tokens after a one-token prompt
+    (full,) = generate(runner, tok, [""], n_ctx - 1, GREEDY)
+    assert full.stop_reason == "eot" or len(full.token_ids) == n_ctx - 1
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"prompts": "not a list"}, "lists of str"),
-    ({"prompts": [1]}, "list of str"),
-    ({"prompts": []}, "no prompts"),
-    ({"max_new_tokens": 0}, "max_new_tokens"),
-    ({"num_samples": 0}, "num_samples"),
-    ({"stop": [""]}, "stop string"),
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"prompts": "not a list"}, TypeError, "lists of str"),
+    ({"prompts": [1]}, TypeError, "prompt 0 must be a str"),
+    ({"prompts": ["ok", "a\udcffb"]}, ValueError, "prompt 1 is not valid Unicode text: .* at character 1"),
+    ({"prompts": []}, ValueError, "no prompts"),
+    ({"max_new_tokens": 0}, ValueError, "max_new_tokens"),
+    ({"max_new_tokens": 64}, ValueError, "max_new_tokens must be at most 63"),
+    ({"max_new_tokens": 2.0}, TypeError, "max_new_tokens must be an integer"),
+    ({"num_samples": 0}, ValueError, "num_samples"),
+    ({"num_samples": True}, TypeError, "num_samples"),
+    ({"num_samples": 10**30}, BatchTooLarge, "rows need .* GiB of KV cache"),
+    ({"stop": [""]}, ValueError, "stop string"),
+    ({"seed": -1}, ValueError, "seed must be in"),
+    ({"seed": 2**64}, ValueError, "seed must be in"),
+    ({"seed": 1.5}, TypeError, "seed must be an integer"),
+    ({"logprobs": 21}, ValueError, "top_logprobs must be in"),
 ])
-def test_bad_arguments(tiny, kwargs, match):
+def test_bad_arguments(tiny, kwargs, error, match):
     runner, tok = tiny
-    args = {"prompts": ["x"], "max_new_tokens": 2, "num_samples": 1, "stop": ()} | kwargs
-    with pytest.raises(ValueError, match=match):
+    args = {"prompts": ["x"], "max_new_tokens": 2, "num_samples": 1, "stop": (), "seed": 0, "logprobs": None} | kwargs
+    with pytest.raises(error, match=match):
         generate(runner, tok, args["prompts"], args["max_new_tokens"], GREEDY, stop=args["stop"],
-                 num_samples=args["num_samples"])
+                 num_samples=args["num_samples"], seed=args["seed"], logprobs=args["logprobs"])
 
 
 # ---- the stop-string streamer, property-tested on the small tokenizer
@@ -316,14 +336,14 @@ def test_streamer_releases_exactly_the_text_before_the_first_stop(small_tok, wor
 def test_any_generation_options_repeat_and_keep_their_promises(tiny, temperature, top_k, top_p, penalty, seed,
                                                                 num_samples, max_new, stop):
     runner, tok = tiny
-    params = SamplingParams(temperature, top_k, top_p, penalty)
+    params = SamplingParams(temperature, top_k, top_p, repetition_penalty=penalty)
     pieces, on_token = collect()
     a = generate(runner, tok, ["Sampling picks a token", ""], max_new, params, seed, stop, num_samples, on_token)
     b = generate(runner, tok, ["Sampling picks a token", ""], max_new, params, seed, stop, num_samples)
     assert [r.token_ids for r in a] == [r.token_ids for r in b]
     assert len(a) == 2 * num_samples
     for row, r in enumerate(a):
-        assert r.stop_reason in ("eot", "stop", "length", "context")
+        assert r.stop_reason in ("eot", "stop", "length")
         assert len(r.token_ids) <= max_new and tok.eot_id not in r.token_ids
         assert (r.stop_reason == "length") == (len(r.token_ids) == max_new and r.stop_reason != "stop")
         assert "".join(pieces.get(row, [])) == r.text
@@ -332,3 +352,81 @@ def test_any_generation_options_repeat_and_keep_their_promises(tiny, temperature
             assert r.stop_string in stop and tok.decode(r.token_ids).startswith(r.text + r.stop_string)
         else:
             assert r.text == tok.decode(r.token_ids)
+
+
+# ---- the Runner interface the generation loop uses (defaults in base.Runner; the NumPy runner's own)
+
+
+@pytest.mark.parametrize("chunk_tokens", [2048, 40])
+def test_batched_prefill_equals_each_row_alone(tiny, monkeypatch, chunk_tokens):
+    from gpt2block.backends import numpy_ref
+
+    monkeypatch.setattr(numpy_ref, "PREFILL_CHUNK_TOKENS", chunk_tokens)  # 40: rows split over several passes
+    runner, _ = tiny
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(0, 512, n) for n in (1, 2, 31, 32, 33, 60, 7)]
+    cache = runner.new_cache(8)
+    runner.prefill(cache, 3, [5, 6])  # a row that already holds tokens continues from its position
+    rows = [0, 1, 2, 4, 5, 6, 3]
+    got = runner.prefill_batch(cache, rows, prompts)  # [7, V]
+    base = Runner.prefill_batch(runner, runner.new_cache(8), [0], [prompts[0]])  # the default: row by row
+    assert got.shape == (7, 512) and got.dtype == np.float32
+    for i, (r, ids) in enumerate(zip(rows, prompts)):
+        alone = runner.new_cache(1)
+        if r == 3:
+            runner.prefill(alone, 0, [5, 6])
+        want = runner.prefill(alone, 0, ids)
+        np.testing.assert_allclose(got[i], want, atol=1e-4, rtol=0)
+        assert cache.pos[r] == len(ids) + (2 if r == 3 else 0)
+    np.testing.assert_allclose(base[0], got[0], atol=1e-4, rtol=0)
+    # the next decode step reads what the batched prefill wrote
+    step = runner.decode(cache, np.full(8, 9))
+    alone = runner.new_cache(1)
+    runner.prefill(alone, 0, prompts[2])
+    np.testing.assert_allclose(step[rows[2]], runner.decode(alone, np.array([9]))[0], atol=1e-4, rtol=0)
+
+
+def test_batched_prefill_refuses_bad_rows(tiny):
+    runner, _ = tiny
+    cache = runner.new_cache(2)
+    with pytest.raises(ValueError, match="a row appears twice"):
+        runner.prefill_batch(cache, [0, 0], [[1], [2]])
+    with pytest.raises(ValueError, match="row 2 is outside"):
+        runner.prefill_batch(cache, [2], [[1]])
+    with pytest.raises(ValueError, match="got 1 rows and 2 id lists"):
+        runner.prefill_batch(cache, [0], [[1], [2]])
+    with pytest.raises(ValueError, match="no token ids"):
+        runner.prefill_batch(cache, [0], [[]])
+
+
+def test_sample_step_is_decode_then_the_sampler_at_the_caches_positions(tiny):
+    from gpt2block.sampler import SamplingBatch, sample
+
+    runner, _ = tiny
+    params = [SamplingParams(top_k=0, top_p=0.9), SamplingParams(temperature=0.7, presence_penalty=1.0)]
+    batch = SamplingBatch(params, [7, 7], [0, 1], [[1, 2, 3], [4]], [[], [9, 9]], top_logprobs=2)
+    caches = [runner.new_cache(2) for _ in range(2)]
+    first = runner.sample_prefill(caches[0], [[1, 2, 3], [4]], batch)
+    logits = runner.prefill_batch(caches[1], [0, 1], [[1, 2, 3], [4]])
+    want = sample(logits, params, seeds=7, positions=[3, 1], sample_indices=[0, 1], prompt_ids=batch.prompt_ids,
+                  output_ids=batch.output_ids, top_logprobs=2)
+    np.testing.assert_array_equal(first.ids, want.ids)
+    out = runner.sample_step(caches[0], first.ids, batch)
+    logits = runner.decode(caches[1], first.ids)
+    want = sample(logits, params, seeds=7, positions=[4, 2], sample_indices=[0, 1], prompt_ids=batch.prompt_ids,
+                  output_ids=batch.output_ids, top_logprobs=2)
+    np.testing.assert_array_equal(out.ids, want.ids)
+    np.testing.assert_array_equal(out.top_ids, want.top_ids)
+    with pytest.raises(ValueError, match="sample_step got 2 sampling rows for a batch of 3"):
+        runner.sample_step(runner.new_cache(3), np.zeros(3, np.int64), batch)
+
+
+def test_check_batch_names_the_rows_and_the_memory(tiny):
+    runner, _ = tiny
+    runner.check_batch(8)
+    per_row = runner.state_bytes(1)
+    assert per_row == 2 * 2 * 64 * 128 * 4
+    with pytest.raises(BatchTooLarge, match=r"10000000000 rows need .* GiB of KV cache \(0.125 MiB per row\)"):
+        runner.check_batch(10**10)
+    with pytest.raises(ValueError, match="batch must be a positive int"):
+        runner.check_batch(0)

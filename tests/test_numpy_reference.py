@@ -180,7 +180,7 @@ def test_runner_float64_judges_float32():
     ids = np.random.default_rng(0).integers(0, 200, 20)
     runner = NumpyRunner(w, np.float32)
     f32 = runner.forward(ids)
-    hidden = runner._run(runner.new_cache(1), 0, ids)  # the ln_f output: no float64 promotion on the way
+    hidden = runner._run(runner.new_cache(1), [0], [ids])  # the ln_f output: no float64 promotion on the way
     assert hidden.dtype == np.float32
     f64 = NumpyRunner(w, np.float64).forward(ids)
     assert f32.dtype == np.float32 and f64.dtype == np.float64

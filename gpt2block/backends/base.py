@@ -4,22 +4,55 @@ The generation loop, validate, perplexity and solve speak only to this interface
 A Runner is built once per model (weights uploaded once); a Cache is the run
 state of a batch of sequences: the KV cache of every layer, allocated once to
 n_ctx, and how many tokens each row already holds (its next position).
+
+What a backend must implement: new_cache, prefill, decode. What the generation
+loop calls, with default implementations here in terms of those three and the
+NumPy sampler (a device backend overrides them to keep the work on the device):
+
+  check_batch(batch)                         refuse a batch whose run state cannot fit,
+                                             before anything is allocated (BatchTooLarge)
+  prefill_batch(cache, rows, id_lists)       -> last-position logits [len(rows), V]:
+                                             variable-length prompts in one pass, each
+                                             row's attention causal within itself, its
+                                             positions continuing from cache.pos[row]
+                                             (0 in a fresh cache); chunked so that memory
+                                             stays bounded
+  sample_prefill(cache, id_lists, batch)     prefill rows 0..B-1 and draw each row's first
+                                             token -> SampleOutput (ids [B]; logprobs [B] and
+                                             the top-n when batch asks for them)
+  sample_step(cache, tokens, batch)          append tokens [B] and draw each row's next
+                                             token -> SampleOutput; only ids (and
+                                             log-probabilities) come back, never logits
+  greedy_steps(cache, tokens, max_steps)     greedy decode as a stream of argmax ids
+
+``batch`` is a sampler.SamplingBatch: per-row SamplingParams, seeds, sample indices
+and penalty histories. The token drawn after a row's cache reaches cache.pos[row]
+tokens has position cache.pos[row] (the Philox counter's first word), so a device
+sampler reads every position from the cache. A device sampler draws from exactly
+sampler.distribution() (the contract in sampler.py's docstring).
 """
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
 from ..config import GPT2Config
+from ..sampler import SampleOutput, SamplingBatch, check_logits
 
 PRECISIONS = ("fp32", "tf32", "bf16")
+MAX_ROWS = 1 << 20  # rows of one batch, whatever the memory (the loop keeps a few objects per row)
 
 
 class ContextFull(RuntimeError):
     """A row would grow past n_ctx positions."""
+
+
+class BatchTooLarge(ValueError):
+    """A batch whose run state cannot fit; the message gives the rows and the memory they need."""
 
 
 class Cache:
@@ -65,9 +98,68 @@ class Runner(ABC):
     def decode(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
         """Append one token to every row: tokens [batch] -> logits [batch, vocab]."""
 
+    # ---- what the generation loop calls (defaults: the methods above and the NumPy sampler)
+
+    def state_bytes(self, batch: int) -> int:
+        """Bytes of a Cache of ``batch`` rows: the KV cache, n_layer x 2 x n_ctx x n_embd per row."""
+        c = self.config
+        itemsize = np.dtype(getattr(self, "dtype", np.float32)).itemsize
+        return batch * c.n_layer * 2 * c.n_ctx * c.n_embd * itemsize
+
+    def memory_limit(self) -> Optional[int]:
+        """Bytes a run state may take (default: this machine's physical memory; None where unknown)."""
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):
+            return None
+
+    def check_batch(self, batch: int) -> None:
+        """Refuse ``batch`` rows before anything is allocated when their run state cannot fit."""
+        if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+            raise ValueError(f"batch must be a positive int; got {batch!r}")
+        need, limit = self.state_bytes(int(batch)), self.memory_limit()
+        if batch > MAX_ROWS or (limit is not None and need > limit):
+            have = f"{limit / 2**30:.1f} GiB" if limit is not None else "unknown"
+            raise BatchTooLarge(f"{batch} rows need {need / 2**30:.3g} GiB of KV cache "
+                                f"({self.state_bytes(1) / 2**20:.3g} MiB per row); this {self.backend} "
+                                f"backend has {have} (at most {MAX_ROWS} rows)")
+
+    def prefill_batch(self, cache: Cache, rows: Sequence[int], id_lists: Sequence[Sequence[int]]) -> np.ndarray:
+        """Append id_lists[i] to row rows[i] of the cache, the rows independent of one another (each row's
+        attention causal within itself, its positions continuing from cache.pos[row]).
+
+        Returns the logits of each row's last new position, [len(rows), vocab] float32. A backend packs the
+        rows into one pass, chunked so that memory stays bounded; the default prefills them one by one.
+        """
+        rows, id_lists = check_batch_args(cache, rows, id_lists, self.config.vocab_size)
+        return np.stack([self.prefill(cache, r, ids) for r, ids in zip(rows, id_lists)])
+
+    def sample_prefill(self, cache: Cache, id_lists: Sequence[Sequence[int]], batch: SamplingBatch) -> SampleOutput:
+        """Prefill rows 0 .. B-1 with id_lists and draw each row's first token by ``batch`` (B rows).
+
+        The token drawn has position cache.pos[row] after the prefill. Default: prefill_batch, then the
+        NumPy sampler on the host.
+        """
+        if len(id_lists) != cache.batch or batch.batch != cache.batch:
+            raise ValueError(f"sample_prefill needs one prompt and one sampling row per cache row ({cache.batch}); "
+                             f"got {len(id_lists)} prompts and {batch.batch} sampling rows")
+        logits = self.prefill_batch(cache, range(cache.batch), id_lists)  # [B, V]
+        return batch.draw(logits, cache.pos.copy())
+
+    def sample_step(self, cache: Cache, tokens: np.ndarray, batch: SamplingBatch) -> SampleOutput:
+        """Append one token to every row (tokens [B]) and draw each row's next token by ``batch``.
+
+        The token drawn for row b has position cache.pos[b] after the step. Only ids and log-probabilities
+        come back; a device backend keeps the logits on the device. Default: decode, then the NumPy
+        sampler on the host.
+        """
+        if batch.batch != cache.batch:
+            raise ValueError(f"sample_step got {batch.batch} sampling rows for a batch of {cache.batch}")
+        return batch.draw(self.decode(cache, tokens), cache.pos.copy())
+
     def decode_greedy(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
         """Append one token to every row and return each row's argmax [batch] (int64)."""
-        return np.argmax(self.decode(cache, tokens), axis=-1)
+        return np.argmax(check_logits(self.decode(cache, tokens)), axis=-1)
 
     def greedy_steps(self, cache: Cache, tokens: np.ndarray, max_steps: Optional[int] = None) -> Iterator[np.ndarray]:
         """Greedy decode as a stream: feed ``tokens`` [batch], then each step's argmax back in.
@@ -103,6 +195,34 @@ def check_steps(max_steps: Optional[int]) -> None:
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer))
                                   or max_steps < 1):
         raise ValueError(f"max_steps must be a positive int or None; got {max_steps!r}")
+
+
+def check_batch_args(cache: Cache, rows, id_lists, vocab_size: int) -> tuple[list[int], list[np.ndarray]]:
+    """prefill_batch's arguments: distinct rows of the cache, one non-empty id list each."""
+    rows = [int(r) for r in rows]
+    if len(rows) != len(id_lists):
+        raise ValueError(f"got {len(rows)} rows and {len(id_lists)} id lists")
+    if len(set(rows)) != len(rows):
+        raise ValueError("a row appears twice in one prefill_batch")
+    for r in rows:
+        if not 0 <= r < cache.batch:
+            raise ValueError(f"row {r} is outside the cache's batch [0, {cache.batch})")
+    return rows, [check_ids(ids, vocab_size) for ids in id_lists]
+
+
+def token_chunks(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Indices of consecutive rows grouped so that each group holds at most max_tokens tokens (a longer
+    row is a group of its own)."""
+    groups, cur, n = [], [], 0
+    for i, t in enumerate(lengths):
+        if cur and n + t > max_tokens:
+            groups.append(cur)
+            cur, n = [], 0
+        cur.append(i)
+        n += t
+    if cur:
+        groups.append(cur)
+    return groups
 
 
 def check_ids(ids: Sequence[int], vocab_size: int) -> np.ndarray:

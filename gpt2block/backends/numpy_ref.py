@@ -13,9 +13,10 @@ import numpy as np
 from ..config import HEAD_DIM, GPT2Config
 from ..layout import block_layout
 from ..weights import ModelWeights
-from .base import Cache, Runner, check_ids
+from .base import Cache, Runner, check_batch_args, check_ids, token_chunks
 
 SQRT_2_OVER_PI = 0.7978845608028654
+PREFILL_CHUNK_TOKENS = 2048  # tokens per packed prefill pass (bounds the activations' memory)
 ATTN_SCALE = HEAD_DIM ** -0.5  # a Python float, so float32 stays float32 (np.sqrt(64) is a float64 scalar and would promote)
 
 
@@ -60,19 +61,31 @@ def block(x, w, n_head, causal, eps=1e-5, kv=None, q_start=0):
     kv: optional (k_cache, v_cache), each [n_ctx, D]: this block's K and V are
     written at rows q_start .. q_start + T and attention reads rows 0 .. q_start + T.
     """
+    return block_rows(x, w, n_head, causal, eps, [(0, len(x), kv, q_start)])
+
+
+def block_rows(x, w, n_head, causal, eps, rows):
+    """One Pre-LN block over sequences packed back to back: x [N, D] -> [N, D].
+
+    rows: (lo, hi, kv, start) per sequence: its tokens are x[lo:hi], at positions start ..
+    start + hi - lo; kv as in ``block`` (or None: attention over its own tokens only).
+    Attention stays within each sequence; everything else runs on all N rows at once.
+    """
     D = x.shape[1]
-    h = layer_norm(x, w["ln1_g"], w["ln1_b"], eps)  # [T, D]
-    qkv = linear(h, w["w_qkv"], w["b_qkv"])  # [T, 3D]
-    q, k, v = qkv[:, :D], qkv[:, D:2 * D], qkv[:, 2 * D:]  # [T, D] each
-    if kv is not None:
-        kc, vc = kv
-        kc[q_start:q_start + len(x)] = k
-        vc[q_start:q_start + len(x)] = v
-        k, v = kc[:q_start + len(x)], vc[:q_start + len(x)]
-    a = attention(q, k, v, n_head, causal, q_start)  # [T, D]
-    x1 = x + linear(a, w["w_attn"], w["b_attn"])  # [T, D]
-    f = gelu_tanh(linear(layer_norm(x1, w["ln2_g"], w["ln2_b"], eps), w["w_fc"], w["b_fc"]))  # [T, 4D]
-    return x1 + linear(f, w["w_proj"], w["b_proj"])  # [T, D]
+    h = layer_norm(x, w["ln1_g"], w["ln1_b"], eps)  # [N, D]
+    qkv = linear(h, w["w_qkv"], w["b_qkv"])  # [N, 3D]
+    a = np.empty_like(h)  # [N, D]
+    for lo, hi, kv, start in rows:
+        q, k, v = qkv[lo:hi, :D], qkv[lo:hi, D:2 * D], qkv[lo:hi, 2 * D:]  # [T, D] each
+        if kv is not None:
+            kc, vc = kv
+            kc[start:start + hi - lo] = k
+            vc[start:start + hi - lo] = v
+            k, v = kc[:start + hi - lo], vc[:start + hi - lo]
+        a[lo:hi] = attention(q, k, v, n_head, causal, start)  # [T, D]
+    x1 = x + linear(a, w["w_attn"], w["b_attn"])  # [N, D]
+    f = gelu_tanh(linear(layer_norm(x1, w["ln2_g"], w["ln2_b"], eps), w["w_fc"], w["b_fc"]))  # [N, 4D]
+    return x1 + linear(f, w["w_proj"], w["b_proj"])  # [N, D]
 
 
 def block_flat(x, flat, causal, eps=1e-5):
@@ -105,16 +118,22 @@ class NumpyRunner(Runner):
     def new_cache(self, batch: int) -> NumpyCache:
         return NumpyCache(batch, self.config, self.dtype)
 
-    def _run(self, cache: NumpyCache, row: int, ids: np.ndarray) -> np.ndarray:
-        """Embed ids at their positions, run every block through row's cache: -> ln_f output [T, D]."""
+    def _run(self, cache: NumpyCache, rows: Sequence[int], id_lists: Sequence[np.ndarray]) -> np.ndarray:
+        """Append id_lists[i] to row rows[i] of the cache, all rows in one pass: -> ln_f output [N, D],
+        the rows' new tokens back to back."""
         c = self.config
-        start = int(cache.pos[row])
-        cache.check_room(row, len(ids))
-        x = self.wte[ids] + self.wpe[start:start + len(ids)]  # [T, D]
+        segs, lo = [], 0
+        for r, ids in zip(rows, id_lists):
+            cache.check_room(r, len(ids))
+            segs.append((r, lo, lo + len(ids), int(cache.pos[r])))
+            lo += len(ids)
+        x = np.concatenate([self.wte[ids] + self.wpe[start:start + len(ids)]
+                            for ids, (_, _, _, start) in zip(id_lists, segs)])  # [N, D]
         for i, w in enumerate(self.blocks):
-            kv = (cache.kv[row, i, 0], cache.kv[row, i, 1])
-            x = block(x, w, c.n_head, True, c.layer_norm_epsilon, kv=kv, q_start=start)
-        cache.pos[row] = start + len(ids)
+            per_row = [(a, b, (cache.kv[r, i, 0], cache.kv[r, i, 1]), start) for r, a, b, start in segs]
+            x = block_rows(x, w, c.n_head, True, c.layer_norm_epsilon, per_row)
+        for r, a, b, start in segs:
+            cache.pos[r] = start + b - a
         return layer_norm(x, self.ln_f_g, self.ln_f_b, c.layer_norm_epsilon)
 
     def _logits(self, h):  # [T, D] -> [T, V], the LM head tied to wte
@@ -122,8 +141,18 @@ class NumpyRunner(Runner):
 
     def prefill(self, cache: Cache, row: int, ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
         ids = check_ids(ids, self.config.vocab_size)
-        h = self._run(cache, row, ids)
+        h = self._run(cache, [row], [ids])
         return self._logits(h) if all_logits else self._logits(h[-1:])[0]
+
+    def prefill_batch(self, cache: Cache, rows: Sequence[int], id_lists: Sequence[Sequence[int]]) -> np.ndarray:
+        """Packed rows, in chunks of at most PREFILL_CHUNK_TOKENS tokens (a longer prompt is a chunk alone)."""
+        rows, id_lists = check_batch_args(cache, rows, id_lists, self.config.vocab_size)
+        out = []
+        for chunk in token_chunks([len(ids) for ids in id_lists], PREFILL_CHUNK_TOKENS):
+            h = self._run(cache, [rows[i] for i in chunk], [id_lists[i] for i in chunk])  # [N, D]
+            ends = np.cumsum([len(id_lists[i]) for i in chunk]) - 1
+            out.append(self._logits(h[ends]))  # [len(chunk), V]
+        return np.concatenate(out)
 
     def decode(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
         tokens = check_ids(tokens, self.config.vocab_size)
@@ -131,5 +160,5 @@ class NumpyRunner(Runner):
             raise ValueError(f"decode got {tokens.shape[0]} tokens for a batch of {cache.batch}")
         for b in range(cache.batch):
             cache.check_room(b, 1)
-        h = np.concatenate([self._run(cache, b, tokens[b:b + 1]) for b in range(cache.batch)])  # [B, D]
+        h = self._run(cache, range(cache.batch), tokens[:, None])  # [B, D]
         return self._logits(h)
