@@ -5,7 +5,7 @@ layernorm1.cu  two roundings on the way out (x - c - m, then (v * rstd) * g + b)
 layernorm2.cu  the output from x - c with the unrounded scale rstd * g and one last rounding; the fp32
                squares' rounding errors summed beside them
 layernorm3.cu  2 plus x - c taken exactly (TwoSum) in the statistics and the output
-layernorm4.cu  2 without the squares' rounding errors: kernels/layernorm.cu (a copy)
+4              2 without the squares' rounding errors: the product, kernels/layernorm.cu itself
 
 For each variant and width: one-row draws as tests/gpu/test_model_cuda.py::test_layernorm_kernel makes them
 (one row a call, each with its own gains and biases; torch's peer too, as the test calls it), the draws over the test's limit (2 |torch - fp64| + one float32
@@ -26,10 +26,12 @@ sys.path.insert(0, str(ROOT))
 from gpt2block.backends.numpy_ref import layer_norm  # noqa: E402
 
 WARPS = 4
+PRODUCT = 4  # the variant kernels/layernorm.cu is
 
 
 def build(cp, variant: int, vec: int, depth: int):
-    src = (HERE / f"layernorm{variant}.cu").read_text()
+    path = ROOT / "kernels" / "layernorm.cu" if variant == PRODUCT else HERE / f"layernorm{variant}.cu"
+    src = path.read_text()
     opts = ("--std=c++17", f"-I{ROOT / 'kernels'}", f"-DLN_WARPS={WARPS}", f"-DLN_MAX_VEC={vec}", f"-DLN_DEPTH={depth}")
     return cp.RawModule(code=src, options=opts).get_function("layernorm_f32")
 
