@@ -4,7 +4,7 @@
     python dev/tune_split_k.py [--rounds 2]
 
 For each configuration the tile favoured for tf32's split-K candidates (the others priced out) and
-cuda_linear.WG_SPLIT_MIN_K are set, solve()'s graphs dropped, and the kernel times per call
+linear.WG_SPLIT_MIN_K are set, solve()'s graphs dropped, and the kernel times per call
 (torch.profiler, as profile_prefill.py) and the back-to-back wall time printed; every replay is
 checked bit-equal to the eager call before it.
 """

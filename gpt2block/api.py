@@ -49,6 +49,8 @@ class TextStream:
         self._result = None
 
     def __iter__(self) -> Iterator[Union[str, StreamPiece]]:
+        if self._result is not None:  # read to its end already: nothing more comes
+            return
         while True:
             try:
                 row, text = next(self._pieces)

@@ -480,7 +480,7 @@ DECODE_PROMPT_LEN = 16  # _ours_decode_rate's prompt_len
 
 def decode_step_bytes(size, precision, batch, steps, prompt_len=DECODE_PROMPT_LEN):
     """Mean bytes one greedy decode step of ``batch`` rows reads from device memory, as the CUDA backend runs
-    it (gpt2block/backends/cuda.py): every block's decode matrices once (12 D^2 values, float32, or bf16 in
+    it (gpt2block/backends/cuda/runner.py): every block's decode matrices once (12 D^2 values, float32, or bf16 in
     bf16 mode) with its biases and LayerNorm gains (13 D float32); the LM head once: at batch 1 its int8 screen
     (V x D int8 + 16 bytes a row; the few rescored rows left out), else wte (V x D, float32 or bf16); each
     row's KV cache (float32) up to its position, averaged over the run's positions; the embedding rows and

@@ -117,7 +117,7 @@ def unescape(s: str) -> str:
 
 
 def stop_strings(ctx, param, values):
-    out = [unescape(v) for v in values]
+    out = [unescape(require_utf8(v, "--stop")) for v in values]
     if any(v == "" for v in out):
         raise click.BadParameter("a stop string must not be empty")
     return out

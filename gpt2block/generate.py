@@ -15,7 +15,8 @@ output; it is fed <|endoftext|> to keep the batch shape until every row is done.
 
 Randomness: row r draws with the seed of its call and sample index r %
 num_samples, at the position of the token drawn (sampler.py's Philox contract),
-so a row gives the same tokens whatever the batch around it.
+so a row draws the same random numbers whatever the batch around it (and the same tokens, unless
+a draw falls within the logits' rounding of a boundary: a batch's kernels may sum in another order).
 
 Streaming: ``generate_iter`` yields (row, text) pieces as soon as they are safe:
 whole UTF-8 characters only, and text that could be the start of a stop string is

@@ -25,7 +25,8 @@ u comes from Philox-4x32-10 (Salmon et al., "Parallel Random Numbers: As Easy as
 counter (position, sample_index, 0, 0): position = the index in the sequence of the
 token being drawn (prompt length + tokens generated so far), sample_index = which of
 a prompt's n samples. u = (first output word >> 8) * 2^-24, in [0, 1) and exact in
-float32. The same seed gives the same tokens whatever batch the row is in.
+float32. The same seed gives the same numbers whatever batch the row is in (and so the same tokens,
+unless the logits' last bits, which a batch's summation order may change, decide a draw).
 
 Outputs per row: the id, its log-probability under the raw distribution
 (log_softmax of the logits before penalties and temperature) and, on request, the

@@ -18,9 +18,9 @@ tests check every row and boundary.
       plain        the LM head (GEMV up to GEMV_MAX_M rows, else the GEMM) into logits, then argmax_rows_f32
 
 The runner's flag overrides the table here and nowhere else: ``cluster=False`` never takes the cluster
-row. Retired: decode_layers (every block in one persistent kernel with grid barriers, the default for
-gpt2-xl bf16 since version 17) measured slower than the five kernels on version 37's kernels (gpt2-xl bf16
-b1 586 against 621 tok/s, fp32 441 against 522; b8 does not fit it), and left the code.
+row. One persistent kernel for every block of a step with grid barriers between its phases (decode_layers)
+measured slower than the five kernels at every size, gpt2-xl included (bf16 b1 586 against 621 tok/s, fp32
+441 against 522; docs/PERFORMANCE.md, version 37): there is no such row.
 
 The cluster path (the first row), below the tables: every transformer block of a batch-1 step with bf16
 weights in one persistent kernel, one cluster of CLUSTER blocks per head (kernels/decode_cluster.cu,
