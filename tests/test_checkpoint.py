@@ -141,6 +141,17 @@ def test_pack_round_trip_is_bit_exact(tmp_path, tiny_ckpt):
     assert_same_weights(load_weights(pack(out, tmp_path / "again.safetensors")), original.weights)  # packed -> packed
 
 
+def test_packed_weights_are_views_of_the_mapped_file(tmp_path, tiny_ckpt):
+    """A packed model's arrays are read-only views of the memory-mapped file, not copies in memory."""
+    out = pack(tiny_ckpt.path, tmp_path / "tiny.safetensors")
+    w = load_weights(out)
+    for arr in (w.blocks, w.wte, w.wpe, w.ln_f_g, w.ln_f_b):
+        base = arr
+        while base.base is not None and not isinstance(base, np.memmap):
+            base = base.base
+        assert isinstance(base, np.memmap) and not arr.flags.writeable
+
+
 @pytest.mark.slow
 def test_pack_round_trip_full_gpt2_shape(tmp_path, gpt2_ckpt, gpt2_weights):
     out = pack(gpt2_ckpt.path, tmp_path / "gpt2.safetensors")
