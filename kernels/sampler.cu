@@ -24,8 +24,10 @@
 //
 // history [B, V] int32, or NULL (no penalties): bits 0-29 count how often id t was generated (the
 // presence and frequency penalties' history), bit 30 (HISTORY_PROMPT) marks an id of the prompt; an
-// id is "seen" (the repetition penalty's prompt + output) where the word is non-zero. The host marks
-// the prompt at prefill; after the draw this kernel adds 1 to the drawn id's count.
+// id is "seen" (the repetition penalty's prompt + output) where the word is non-zero. The host writes
+// it when a batch starts (prompt marks, and counts of any ids already generated); after that the
+// history grows on the device: the row's SW_APPEND word names the id the generation loop took since
+// the last launch (-1: none; a finished row takes none), and the kernel adds it before the penalties.
 //
 // Outputs: ids [B] int32 (-1 for a row whose logits hold NaN or +inf, or are all -inf: the host
 // raises), and when given logprob [B] (log_softmax of the raw logits at the drawn id), the top_n raw
@@ -56,7 +58,8 @@ enum SamplerWord {
     SW_SEED = 10,        // uint64, 2 words
     SW_POSITION = 12,    // uint32: Philox counter word 0
     SW_SAMPLE = 13,      // uint32: Philox counter word 1
-    SW_WORDS = 14
+    SW_APPEND = 14,      // int32: the id to add to the history before the penalties; -1 none
+    SW_WORDS = 15
 };
 
 // history words: the generated count in bits 0-29, the prompt mark in bit 30.
@@ -281,6 +284,11 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
     // 1. penalties
     const float rep = param_f32(params, SW_REPETITION, row, B), pres = param_f32(params, SW_PRESENCE, row, B),
                 freq = param_f32(params, SW_FREQUENCY, row, B);
+    if (hist != nullptr) {
+        const int add = (int)params[SW_APPEND * B + row];
+        if (tid == 0 && add >= 0 && add < V) hist[add] += 1;
+        __syncthreads();  // the block's own write: visible to its threads after the barrier
+    }
     if (hist != nullptr && (rep != 1.0f || pres != 0.0f || freq != 0.0f)) {
         for (int i = tid; i < V; i += SAMPLER_THREADS) {
             const int h = hist[i];
@@ -371,7 +379,6 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
     if (tid == 0) {
         ids[row] = id;
         if (u_out != nullptr) u_out[row] = (float)k24 * 0x1p-24f;
-        if (hist != nullptr) hist[id] += 1;  // the drawn id joins the row's generated history
         if (logprob != nullptr) logprob[row] = (float)((double)lg[id] - lse);
     }
     // the top_n of the raw distribution
