@@ -186,24 +186,41 @@ struct RadixScratch {
 // The largest key K with W(key >= K) >= target, over the V elements whose (key, weight) key_w(i) gives
 // (W(all) >= target >= 1 assumed). Four passes of 8 bits, most significant first: each histograms the
 // weight of the keys that share the prefix chosen so far, and picks the digit where the weight from the
-// top reaches the target.
-template <class KeyWeight>
+// top reaches the target. A warp adds its lanes of one digit together first (__match_any_sync), so that
+// one lane per digit and warp updates the shared histogram (UNIT: every weight is 1, a count).
+template <bool UNIT, class KeyWeight>
 __device__ unsigned radix_select(KeyWeight key_w, int V, u64 target, RadixScratch& rs) {
+    const int lane = threadIdx.x & 31;
     unsigned prefix = 0;
     u64 above = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int d = threadIdx.x; d < 256; d += SAMPLER_THREADS) rs.hist[d] = 0;
         __syncthreads();
         const unsigned hi_mask = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
-        for (int i = threadIdx.x; i < V; i += SAMPLER_THREADS) {
-            unsigned key;
-            u64 w;
-            key_w(i, key, w);
-            if (w != 0 && (key & hi_mask) == prefix) atomicAdd(&rs.hist[(key >> shift) & 255u], w);
+        for (int base = 0; base < V; base += SAMPLER_THREADS) {  // the same trips for every thread: warps converged
+            const int i = base + threadIdx.x;
+            unsigned key = 0;
+            u64 w = 0;
+            if (i < V) key_w(i, key, w);
+            const bool in = w != 0 && (key & hi_mask) == prefix;
+            if (!__any_sync(0xffffffffu, in)) continue;
+            const unsigned digit = in ? (key >> shift) & 255u : 256u;
+            const unsigned peers = __match_any_sync(0xffffffffu, digit);
+            u64 sum;
+            if (UNIT) {
+                sum = (u64)__popc(peers);
+            } else {
+                sum = 0;
+                for (int src = 0; src < 32; ++src) {
+                    const u64 v = __shfl_sync(0xffffffffu, w, src);
+                    if ((peers >> src) & 1u) sum += v;
+                }
+            }
+            if (in && __ffs(peers) - 1 == lane) atomicAdd(&rs.hist[digit], sum);
         }
         __syncthreads();
         // suffix sums over the digits, largest digit first: thread t < 256 holds digit 255 - t
-        const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+        const int t = threadIdx.x, warp = t >> 5;
         u64 h = 0, incl = 0;
         if (t < 256) {
             h = rs.hist[255 - t];
@@ -323,7 +340,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
         const int k = (int)params[SW_TOP_K * B + row];
         unsigned kth = 0;
         if (k > 0 && k < V) {
-            kth = radix_select([&](int i, unsigned& key, u64& w) { key = float_key(s[i]); w = 1; }, V, (u64)k, rs);
+            kth = radix_select<true>([&](int i, unsigned& key, u64& w) { key = float_key(s[i]); w = 1; }, V, (u64)k, rs);
         }
         // 2. e = p / max(p), 0 outside the top-k set, over s in place
         const double zmax = (double)pmax / T;
@@ -347,7 +364,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
         if (P < 1.0) {
             u64 target = (u64)ceil(P * (double)total);
             target = target < 1 ? 1 : (target > total ? total : target);
-            pkey = radix_select([&](int i, unsigned& key, u64& w) { key = __float_as_uint(s[i]); w = mass(s[i]); },
+            pkey = radix_select<false>([&](int i, unsigned& key, u64& w) { key = __float_as_uint(s[i]); w = mass(s[i]); },
                                 V, target, rs);
         }
         // 5. min_p on e = p / max(p); 6. the draw: the first id whose cumulative kept mass exceeds u x total

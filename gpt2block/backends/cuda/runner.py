@@ -514,8 +514,8 @@ class CudaRunner(Runner):
         with self.stream:
             for r, ids in enumerate(rows):
                 start = int(cache.pos[r])
-                self._prefill(cache, r, ids, start, np.arange(start, start + len(ids)), False,
-                              out=cache.prefill_logits[r:r + 1])
+                last = self._prefill(cache, r, ids, start, np.arange(start, start + len(ids)), False)  # [1, V]
+                cache.prefill_logits[r] = last[0]  # a device copy (a row of [B, V] is not 16-byte aligned)
             ds.launch(cache.prefill_logits, batch, cache.pos.copy(), self.stream)
         return ds.result(self.stream)
 
