@@ -18,7 +18,7 @@ import cupy as cp
 from ...sampler import MAX_TOP_LOGPROBS, SampleOutput, SamplingBatch, SamplingError
 from . import build
 from .modules import kernel, launch as launch_kernel
-from .sampler_params import SW_WORDS, HistoryTracker, history_row, pack_params
+from .sampler_params import SW_WORDS, HistoryTracker, history_row, pack_static, pack_step
 
 THREADS = build.SAMPLER_THREADS
 _STATIC_SMEM = 4096  # the kernel's static shared memory (2,912 bytes under nvcc 13), with room to spare
@@ -72,15 +72,20 @@ class DeviceSampler:
         self.history = None  # [B, V] int32, made for the first penalised batch
         self.tracker = None  # HistoryTracker of the batch the history holds
         self._pending = None  # (batch, top_n) of the launch queued last
+        self._static = None  # the batch whose parameters params_host holds
 
     # ---- the history
 
     def _write_rows(self, batch: SamplingBatch, rows, stream) -> None:
+        rows = list(rows)
         staging = _pinned((len(rows), self.V), np.int32)
         for j, b in enumerate(rows):
             history_row(batch.prompt_ids[b], batch.output_ids[b], self.V, out=staging[j])
-        for j, b in enumerate(rows):
-            self.history[b].set(staging[j], stream=stream)
+        if rows == list(range(self.B)):
+            self.history.set(staging, stream=stream)
+        else:
+            for j, b in enumerate(rows):
+                self.history[b].set(staging[j], stream=stream)
         stream.synchronize()  # the staging buffer is freed on return
 
     def _history_for(self, batch: SamplingBatch, stream) -> np.ndarray:
@@ -126,7 +131,10 @@ class DeviceSampler:
         if self._pending is not None:
             stream.synchronize()  # the pinned words of the launch before are no longer read
         append = self._history_for(batch, stream) if batch.penalised else None
-        pack_params(batch, positions, self.params_host, append)
+        if self._static is not batch:  # the parameters' words change only with the batch
+            pack_static(batch, self.params_host)
+            self._static = batch
+        pack_step(batch, positions, self.params_host, append)
         s = stream.ptr
         rt = cp.cuda.runtime
         rt.memcpyAsync(self.params.data.ptr, self.params_host.ctypes.data, self.params_host.nbytes,

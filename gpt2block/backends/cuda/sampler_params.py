@@ -27,18 +27,17 @@ HISTORY_PROMPT = 0x40000000
 NO_APPEND = -1
 
 
-def pack_params(batch: SamplingBatch, positions, out: np.ndarray, append=None) -> np.ndarray:
-    """Every row's words into ``out`` [SW_WORDS, B] uint32 (pinned host memory, reused): the batch's
-    parameters (temperature 0 for a greedy row), seeds and sample indices, positions [B] (each row's
-    Philox position) and append [B] (ids for the history, -1 none; default none)."""
+def _check_out(batch: SamplingBatch, out: np.ndarray) -> int:
     B = batch.batch
     if out.shape != (SW_WORDS, B) or out.dtype != np.uint32:
         raise ValueError(f"params must be uint32 [{SW_WORDS}, {B}]; got {out.dtype} {out.shape}")
-    positions = np.asarray(positions)
-    if positions.shape != (B,):
-        raise ValueError(f"positions must hold one value per row ({B}); got shape {positions.shape}")
-    if positions.size and (positions.min() < 0 or positions.max() > 2**32 - 1):
-        raise ValueError(f"positions must lie in [0, 2**32 - 1]; got {positions.min()} to {positions.max()}")
+    return B
+
+
+def pack_static(batch: SamplingBatch, out: np.ndarray) -> np.ndarray:
+    """The words that change only with the batch into ``out`` [SW_WORDS, B] uint32: each row's parameters
+    (temperature 0 for a greedy row) and sample index."""
+    B = _check_out(batch, out)
     ps = batch.params
     f64 = np.empty((3, B), np.float64)
     f64[0] = [0.0 if p.greedy else p.temperature for p in ps]
@@ -51,14 +50,35 @@ def pack_params(batch: SamplingBatch, positions, out: np.ndarray, append=None) -
                     [p.frequency_penalty for p in ps]], np.float32)
     out[SW_REPETITION:SW_FREQUENCY + 1] = f32.view(np.uint32)
     out[SW_TOP_K] = np.array([p.top_k for p in ps], np.int64).clip(0, 2**31 - 1).astype(np.uint32)
+    out[SW_SAMPLE] = batch.sample_indices.astype(np.uint32)
+    return out
+
+
+def pack_step(batch: SamplingBatch, positions, out: np.ndarray, append=None) -> np.ndarray:
+    """The words of one launch into ``out``: the seeds, positions [B] (each row's Philox position) and
+    append [B] (ids for the history, -1 none; default none)."""
+    B = _check_out(batch, out)
+    positions = np.asarray(positions)
+    if positions.shape != (B,):
+        raise ValueError(f"positions must hold one value per row ({B}); got shape {positions.shape}")
+    if not np.issubdtype(positions.dtype, np.integer):
+        raise TypeError(f"positions must be integers; got {positions.dtype}")
+    if positions.min() < 0 or positions.max() > 2**32 - 1:
+        raise ValueError(f"positions must lie in [0, 2**32 - 1]; got {positions.min()} to {positions.max()}")
     seeds = batch.seeds.astype(np.uint64)
     out[SW_SEED] = (seeds & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     out[SW_SEED + 1] = (seeds >> np.uint64(32)).astype(np.uint32)
     out[SW_POSITION] = positions.astype(np.uint32)
-    out[SW_SAMPLE] = batch.sample_indices.astype(np.uint32)
     add = np.full(B, NO_APPEND, np.int64) if append is None else np.asarray(append, np.int64)
+    if add.shape != (B,):
+        raise ValueError(f"append must hold one value per row ({B}); got shape {add.shape}")
     out[SW_APPEND] = add.astype(np.int32).view(np.uint32)
     return out
+
+
+def pack_params(batch: SamplingBatch, positions, out: np.ndarray, append=None) -> np.ndarray:
+    """Every word of every row into ``out`` [SW_WORDS, B] uint32 (pack_static, then pack_step)."""
+    return pack_step(batch, positions, pack_static(batch, out), append)
 
 
 def history_row(prompt_ids, output_ids, vocab: int, out: np.ndarray | None = None) -> np.ndarray:
