@@ -71,7 +71,7 @@ class DeviceSampler:
         self.top_logprobs_host = _pinned((B, MAX_TOP_LOGPROBS), np.float32)
         self.history = None  # [B, V] int32, made for the first penalised batch
         self.tracker = None  # HistoryTracker of the batch the history holds
-        self._pending = None  # (batch, top_n) of the launch queued last
+        self._pending = None  # (log-probabilities wanted, top_n) of the launch queued last
         self._static = None  # the batch whose parameters params_host holds
 
     # ---- the history
@@ -140,26 +140,27 @@ class DeviceSampler:
         rt.memcpyAsync(self.params.data.ptr, self.params_host.ctypes.data, self.params_host.nbytes,
                        rt.memcpyHostToDevice, s)
         k = kernel("sampler", "sample_rows_f32", build.sampler())
+        want_lp = batch.logprobs or top_n > 0  # as sampler.sample: always with the top-n
         args = (logits, np.int32(V), np.int32(V), self.params, self.history if append is not None else None,
-                self.ids, self.logprob if batch.logprobs else None, np.int32(top_n),
+                self.ids, self.logprob if want_lp else None, np.int32(top_n),
                 self.top_ids if top_n else None, self.top_logprobs if top_n else None, u_out)
         args = tuple(a if a is not None else np.uint64(0) for a in args)  # NULL pointers
         launch_kernel(k, (B,), (THREADS,), args, shared_mem=4 * V, stream=stream)
         rt.memcpyAsync(self.ids_host.ctypes.data, self.ids.data.ptr, 4 * B, rt.memcpyDeviceToHost, s)
-        if batch.logprobs:
+        if want_lp:
             rt.memcpyAsync(self.logprob_host.ctypes.data, self.logprob.data.ptr, 4 * B, rt.memcpyDeviceToHost, s)
         if top_n:
             n = 4 * B * top_n  # the kernel writes [B, top_n] packed at the buffers' start
             rt.memcpyAsync(self.top_ids_host.ctypes.data, self.top_ids.data.ptr, n, rt.memcpyDeviceToHost, s)
             rt.memcpyAsync(self.top_logprobs_host.ctypes.data, self.top_logprobs.data.ptr, n,
                            rt.memcpyDeviceToHost, s)
-        self._pending = (batch, top_n)
+        self._pending = (want_lp, top_n)
 
     def result(self, stream) -> SampleOutput:
         """Wait for the launch queued last and return its SampleOutput (ids [B] int64, ...)."""
         if self._pending is None:
             raise RuntimeError("DeviceSampler.result: no launch queued")
-        batch, top_n = self._pending
+        want_lp, top_n = self._pending
         B = self.B
         stream.synchronize()
         self._pending = None
@@ -170,6 +171,6 @@ class DeviceSampler:
                                 "activations overflowed or its weights are not usable); nothing can be sampled")
         return SampleOutput(
             ids,
-            self.logprob_host.copy() if batch.logprobs else None,
+            self.logprob_host.copy() if want_lp else None,
             self.top_ids_host.reshape(-1)[:B * top_n].reshape(B, top_n).astype(np.int64) if top_n else None,
             self.top_logprobs_host.reshape(-1)[:B * top_n].reshape(B, top_n).copy() if top_n else None)

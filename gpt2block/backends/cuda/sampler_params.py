@@ -101,9 +101,10 @@ def history_row(prompt_ids, output_ids, vocab: int, out: np.ndarray | None = Non
 
 
 class HistoryTracker:
-    """What the device history of each row holds, so that each launch adds exactly the ids the generation
-    loop appended to the batch's output_ids since the last one (SW_APPEND), and a row whose lists changed
-    in any other way is written afresh (``stale`` rows)."""
+    """What the device history of each row holds, so that each launch adds exactly the id the generation
+    loop appended to the batch's output_ids since the last one (SW_APPEND), and a row whose list changed
+    in any other way (more than one id, fewer, a different last id) is written afresh (``stale`` rows).
+    Only lengths and last ids are compared: the loop appends, it never edits earlier ids."""
 
     def __init__(self, batch: SamplingBatch):
         self.batch = batch
