@@ -78,7 +78,7 @@ class DeviceSampler:
 
     def _write_rows(self, batch: SamplingBatch, rows, stream) -> None:
         rows = list(rows)
-        staging = _pinned((len(rows), self.V), np.int32)
+        staging = np.empty((len(rows), self.V), np.int32)
         for j, b in enumerate(rows):
             history_row(batch.prompt_ids[b], batch.output_ids[b], self.V, out=staging[j])
         if rows == list(range(self.B)):
@@ -86,7 +86,7 @@ class DeviceSampler:
         else:
             for j, b in enumerate(rows):
                 self.history[b].set(staging[j], stream=stream)
-        stream.synchronize()  # the staging buffer is freed on return
+        stream.synchronize()  # the copies from the staging buffer are done before it is freed
 
     def _history_for(self, batch: SamplingBatch, stream) -> np.ndarray:
         """The history's state for this launch: the ids to append [B] (-1 none), rows rewritten where needed."""
