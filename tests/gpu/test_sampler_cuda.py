@@ -80,7 +80,7 @@ def _counts(cp, ds, row, params, history, n=N_DRAWS, seed0=0):
     """n draws of one row's distribution on the device: many rows of the same logits a launch, each row its
     own seed (seed0 + draw index). -> (counts [V], ids of the last launch, their seeds)."""
     V = row.shape[0]
-    rows = 65536 if V <= 4096 else 8192
+    rows = (16384 if history else 65536) if V <= 4096 else 8192  # (a history is written per row once)
     rows = min(rows, n)
     prompt, output = (PROMPT, OUTPUT) if history else ([], [])
     batch = SamplingBatch([params] * rows, np.zeros(rows, np.uint64), np.zeros(rows, np.int64),
