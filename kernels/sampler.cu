@@ -29,8 +29,8 @@
 // history grows on the device: the row's SW_APPEND word names the id the generation loop took since
 // the last launch (-1: none; a finished row takes none), and the kernel adds it before the penalties.
 //
-// Outputs: ids [B] int32 (-1 for a row whose logits hold NaN or +inf, or are all -inf: the host
-// raises), and when given logprob [B] (log_softmax of the raw logits at the drawn id), the top_n raw
+// Outputs: ids [B] int32 (-1 for a row whose logits hold NaN or +inf, or are all -inf, or whose
+// penalised logits overflowed: the host raises), and when given logprob [B] (log_softmax of the raw logits at the drawn id), the top_n raw
 // log-probabilities [B, top_n] with their ids (most likely first, lower id first among ties), u [B]
 // (the uniform used; for the tests).
 //
@@ -373,6 +373,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
             const float e = s[i];
             return (__float_as_uint(e) >= pkey && (double)e >= M) ? mass(e) : 0ull;
         };
+        if (tid == 0) chosen = -1;  // stays -1 only where the masses are not numbers (a penalty overflowed)
         const int chunk = (V + SAMPLER_THREADS - 1) / SAMPLER_THREADS;  // thread t: ids [t chunk, (t + 1) chunk)
         const int lo = min(V, tid * chunk), hi = min(V, lo + chunk);
         u64 part = 0;
@@ -396,7 +397,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
     if (tid == 0) {
         ids[row] = id;
         if (u_out != nullptr) u_out[row] = (float)k24 * 0x1p-24f;
-        if (logprob != nullptr) logprob[row] = (float)((double)lg[id] - lse);
+        if (logprob != nullptr) logprob[row] = id >= 0 ? (float)((double)lg[id] - lse) : __int_as_float(0x7fc00000);
     }
     // the top_n of the raw distribution
     float pv = __int_as_float(0x7f800000);

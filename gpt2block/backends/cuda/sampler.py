@@ -167,8 +167,9 @@ class DeviceSampler:
         ids = self.ids_host.astype(np.int64)
         if (ids < 0).any():
             row = int(np.argmax(ids < 0))
-            raise SamplingError(f"the logits of row {row} contain NaN or +inf, or are all -inf (the model's "
-                                "activations overflowed or its weights are not usable); nothing can be sampled")
+            raise SamplingError(f"the logits of row {row} contain NaN or +inf, or are all -inf, or overflowed under "
+                                "its penalties (the model's activations overflowed or its weights are not usable); "
+                                "nothing can be sampled")
         return SampleOutput(
             ids,
             self.logprob_host.copy() if want_lp else None,
