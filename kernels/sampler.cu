@@ -30,8 +30,9 @@
 // the last launch (-1: none; a finished row takes none), and the kernel adds it before the penalties.
 //
 // Outputs: ids [B] int32 (-1 for a row whose logits hold NaN or +inf, or are all -inf, or whose
-// penalised logits overflowed: the host raises), and when given logprob [B] (log_softmax of the raw logits at the drawn id), the top_n raw
-// log-probabilities [B, top_n] with their ids (most likely first, lower id first among ties), u [B]
+// penalised logits overflowed: the host raises), and when given logprob [B] (log_softmax of the raw
+// logits at the drawn id), the top_n raw log-probabilities [B, top_n] with their ids (most likely
+// first, lower id first among ties), u [B]
 // (the uniform used; for the tests).
 //
 // Launch: grid = B, block = SAMPLER_THREADS, dynamic shared memory 4 V bytes (the row's values).
@@ -340,7 +341,8 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
         const int k = (int)params[SW_TOP_K * B + row];
         unsigned kth = 0;
         if (k > 0 && k < V) {
-            kth = radix_select<true>([&](int i, unsigned& key, u64& w) { key = float_key(s[i]); w = 1; }, V, (u64)k, rs);
+            auto by_value = [&](int i, unsigned& key, u64& w) { key = float_key(s[i]); w = 1; };
+            kth = radix_select<true>(by_value, V, (u64)k, rs);
         }
         // 2. e = p / max(p), 0 outside the top-k set, over s in place
         const double zmax = (double)pmax / T;
@@ -364,8 +366,8 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
         if (P < 1.0) {
             u64 target = (u64)ceil(P * (double)total);
             target = target < 1 ? 1 : (target > total ? total : target);
-            pkey = radix_select<false>([&](int i, unsigned& key, u64& w) { key = __float_as_uint(s[i]); w = mass(s[i]); },
-                                V, target, rs);
+            auto by_mass = [&](int i, unsigned& key, u64& w) { key = __float_as_uint(s[i]); w = mass(s[i]); };
+            pkey = radix_select<false>(by_mass, V, target, rs);
         }
         // 5. min_p on e = p / max(p); 6. the draw: the first id whose cumulative kept mass exceeds u x total
         const double M = param_f64(params, SW_MIN_P, row, B);

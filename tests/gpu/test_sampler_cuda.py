@@ -103,7 +103,8 @@ def _counts(cp, ds, row, params, history, n=N_DRAWS, seed0=0):
 
 def _check(counts, probs, what):
     outside = counts[probs == 0].sum()
-    assert outside == 0, f"{what}: {outside} draws of ids outside the kept set (first {np.flatnonzero(counts * (probs == 0))[:5]})"
+    first = np.flatnonzero(counts * (probs == 0))[:5]
+    assert outside == 0, f"{what}: {outside} draws of ids outside the kept set (ids {first} ...)"
     stat, dof, p = chi_square(counts, probs)
     assert p >= P_MIN, f"{what}: chi-square {stat:.1f} on {dof} degrees of freedom, p = {p:.2e} < {P_MIN}"
 
