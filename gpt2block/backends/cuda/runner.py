@@ -52,8 +52,8 @@ import numpy as np
 
 from ...config import GPT2Config
 from ...layout import block_layout
-from ...weights import ModelWeights
 from ...sampler import SampleOutput, SamplingBatch
+from ...weights import ModelWeights
 from ..base import Cache, Runner, check_ids
 from . import attention, decode_paths, linear, lm_head, modules, ops
 from . import sampler as device_sampler
