@@ -14,8 +14,7 @@
     build.py         every kernel build parameter (-D NAME=VALUE): the one owner
 
 CudaRunner is imported on first use, so that the modules without CuPy (build, decode_paths, driver,
-sampler_params)
-import on a machine without it (the CPU tests).
+sampler_params) import on a machine without it (the CPU tests).
 """
 
 from __future__ import annotations
