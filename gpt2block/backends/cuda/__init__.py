@@ -6,13 +6,15 @@
     lm_head.py       the LM head's int8 screen
     attention.py     prefill and decode attention
     ops.py           layernorm, embedding, KV-cache store, argmax
+    sampler.py       the device sampler (kernels/sampler.cu): DeviceSampler's upload, launch and results
+    sampler_params.py  its parameter words and history rows (plain NumPy)
     solve.py         solve()'s graphs and workspaces
     modules.py       building (NVRTC), caching and launching modules
     driver.py        ctypes driver calls: programmatic launch, cluster occupancy
     build.py         every kernel build parameter (-D NAME=VALUE): the one owner
 
-CudaRunner is imported on first use, so that the modules without CuPy (build, decode_paths, driver)
-import on a machine without it (the CPU tests).
+CudaRunner is imported on first use, so that the modules without CuPy (build, decode_paths, driver,
+sampler_params) import on a machine without it (the CPU tests).
 """
 
 from __future__ import annotations

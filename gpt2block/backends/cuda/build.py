@@ -16,6 +16,7 @@ modules.py builds and caches it. Plain Python, no CuPy: the CPU tests import it.
     lm_screen(n, k, bf16)                 kernels/lm_screen.cu for an LM head [n, k]
     layernorm(d, depth)                   kernels/layernorm.cu for rows of width d
     sampling()                            kernels/sampling.cu
+    sampler()                             kernels/sampler.cu
     solve()                               kernels/solve.cu (the export: written at the top of solution.cu)
     MODULES                               each kernels/<name>.cu with the builds the product makes of it
 """
@@ -86,6 +87,9 @@ LN_DEPTH3_VEC = (4, 5, 6)  # float4 per lane (D 385 to 768) at which a warp may 
 ARGMAX_THREADS = 256
 ARGMAX_UNROLL = 8  # loads in flight per thread
 ARGMAX_CHUNK = ARGMAX_UNROLL * ARGMAX_THREADS  # logits per block
+
+# ---- sampler.cu ----------------------------------------------------------------------------------------
+SAMPLER_THREADS = 1024  # one block per row (its dynamic shared memory holds the row's V floats)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -256,6 +260,10 @@ def sampling() -> tuple:
     return (("ARGMAX_THREADS", ARGMAX_THREADS), ("ARGMAX_UNROLL", ARGMAX_UNROLL))
 
 
+def sampler() -> tuple:
+    return (("SAMPLER_THREADS", SAMPLER_THREADS),)
+
+
 SOLVE_GEMM_TILE = (128, 128, 2, 4)  # solve.cu's GEMM tile (GEMM_BM, GEMM_BN, GEMM_WARPS_M, GEMM_WARPS_N)
 
 
@@ -293,6 +301,7 @@ def _modules() -> dict:
         "layernorm": [layernorm(768, 3), layernorm(1600)],
         "lm_screen": [lm_screen(50257, 768, True), lm_screen(50257, 1600, False)],
         "sampling": [sampling()],
+        "sampler": [sampler()],
         "solve": [solve()],
     }
     return {name: list(dict.fromkeys(b)) for name, b in builds.items()}  # each build once

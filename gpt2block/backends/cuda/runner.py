@@ -37,6 +37,10 @@ memory. greedy_steps() runs a second graph, the kernels alone, fed by the step b
 device, whose argmax kernel writes the ids straight into mapped host memory (no copy after the
 kernels: about 9 us a step less); the host queues step i + 1 before it waits for step i's
 argmax, so its own time per step (launch, Python) hides under the GPU's.
+Sampled steps (sample_prefill, sample_step) draw on the device (kernels/sampler.cu through
+sampler.DeviceSampler): the sampler kernel runs right after the step's graph on the same stream
+(not inside it), and only ids and log-probabilities come back. Where a row of logits does not fit
+one block's shared memory on the GPU, the NumPy sampler draws on the host instead.
 """
 
 from __future__ import annotations
@@ -48,9 +52,11 @@ import numpy as np
 
 from ...config import GPT2Config
 from ...layout import block_layout
+from ...sampler import SampleOutput, SamplingBatch
 from ...weights import ModelWeights
 from ..base import Cache, Runner, check_ids
 from . import attention, decode_paths, linear, lm_head, modules, ops
+from . import sampler as device_sampler
 
 # precision mode -> (GEMM variant, attention variant); bf16 mode stores the decode matrices as bf16
 VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32"), "bf16": ("tf32x3", "tf32x3f")}
@@ -121,6 +127,8 @@ class CudaCache(Cache):
         # one graph per slot of argmax_ring
         self.argmax_ring = None  # 2 x ops.MappedInts(B): greedy_steps' argmax, alternating
         self.ring_events = None  # events after each step: [0], [1] for the ring's slots, [2] for argmax_host
+        self.sampler = None  # device_sampler.DeviceSampler of the batch, made at the first sample_prefill / step
+        self.prefill_logits = None  # [B, V] device logits of sample_prefill's rows
 
 
 class CudaRunner(Runner):
@@ -479,6 +487,54 @@ class CudaRunner(Runner):
             if launched > taken:  # closed with a step queued: wait for it and take it back
                 self.stream.synchronize()
                 cache.pos -= launched - taken
+
+    # -- sampling on the device ----------------------------------------------------
+
+    def _device_sampler(self, cache: "CudaCache"):
+        """The cache's DeviceSampler, or None where a row of logits does not fit the kernel's shared memory
+        on this GPU (the host sampler then draws, as the base Runner does)."""
+        if cache.sampler is None:
+            try:
+                cache.sampler = device_sampler.DeviceSampler(cache.batch, self.config.vocab_size)
+            except device_sampler.SamplerTooWide:
+                cache.sampler = False
+        return cache.sampler or None
+
+    def sample_prefill(self, cache: Cache, id_lists: Sequence[Sequence[int]], batch: SamplingBatch) -> SampleOutput:
+        """Prefill rows 0 .. B-1 (each row's last logits into a device [B, V] buffer) and draw each row's
+        first token on the device (kernels/sampler.cu); only ids and log-probabilities come back."""
+        if len(id_lists) != cache.batch or batch.batch != cache.batch:
+            raise ValueError(f"sample_prefill needs one prompt and one sampling row per cache row ({cache.batch}); "
+                             f"got {len(id_lists)} prompts and {batch.batch} sampling rows")
+        ds = self._device_sampler(cache)
+        if ds is None:
+            return super().sample_prefill(cache, id_lists, batch)
+        c = self.config
+        rows = [check_ids(ids, c.vocab_size) for ids in id_lists]
+        for r, ids in enumerate(rows):
+            cache.check_room(r, len(ids))
+        if cache.prefill_logits is None:
+            cache.prefill_logits = cp.empty((cache.batch, c.vocab_size), cp.float32)
+        with self.stream:
+            for r, ids in enumerate(rows):
+                start = int(cache.pos[r])
+                last = self._prefill(cache, r, ids, start, np.arange(start, start + len(ids)), False)  # [1, V]
+                cache.prefill_logits[r] = last[0]  # a device copy (a row of [B, V] is not 16-byte aligned)
+            ds.launch(cache.prefill_logits, batch, cache.pos.copy(), self.stream)
+        return ds.result(self.stream)
+
+    def sample_step(self, cache: Cache, tokens: np.ndarray, batch: SamplingBatch) -> SampleOutput:
+        """One decode step (its graph where captured), then the draw on the device from the step's device
+        logits, launched after the step on the same stream; only ids and log-probabilities come back."""
+        if batch.batch != cache.batch:
+            raise ValueError(f"sample_step got {batch.batch} sampling rows for a batch of {cache.batch}")
+        ds = self._device_sampler(cache)
+        if ds is None:
+            return super().sample_step(cache, tokens, batch)
+        logits = self._decode_device(cache, tokens)  # [B, V] on the device
+        with self.stream:
+            ds.launch(logits, batch, cache.pos.copy(), self.stream)
+        return ds.result(self.stream)
 
     def decode(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
         logits = self._decode_device(cache, tokens)
