@@ -45,3 +45,14 @@ def test_sampling_repeats_with_its_seed_and_streams_its_text(models):
     many = cuda.generate(["Hello", "Twelve blocks"], n=3, **kw)
     assert [len(rs) for rs in many] == [3, 3] and many[0][0].token_ids == a.token_ids
     assert a.timing.prefill_ms > 0 and a.timing.decode_tokens_per_s > 0
+
+
+def test_batches_the_gpu_cannot_hold_are_refused_before_allocation(models):
+    from gpt2block.backends.base import BatchTooLarge
+
+    runner = models[0].runner
+    with pytest.raises(BatchTooLarge, match="GiB of KV cache"):
+        runner.check_batch(10**6)  # 12.6 TB of cache at this model's size
+    with pytest.raises(BatchTooLarge, match="n_positions = 1024"):
+        runner.check_batch(1025)
+    runner.check_batch(1024)

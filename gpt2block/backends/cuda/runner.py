@@ -54,7 +54,7 @@ from ...config import GPT2Config
 from ...layout import block_layout
 from ...sampler import SampleOutput, SamplingBatch
 from ...weights import ModelWeights
-from ..base import Cache, Runner, check_ids
+from ..base import BatchTooLarge, Cache, Runner, check_ids
 from . import attention, decode_paths, linear, lm_head, modules, ops
 from . import sampler as device_sampler
 
@@ -181,6 +181,20 @@ class CudaRunner(Runner):
         self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
         self._fwd = None  # forward_device's graphs (_ForwardGraphs), made at its first call
         self._screen = None  # lm_head.ScreenTable of wte_dec, made at the first screened step
+
+    def memory_limit(self) -> Optional[int]:
+        """Bytes a run state may take: the GPU's free memory now, less a quarter for the step's
+        logits, workspaces and the kernels' scratch (the KV cache lives on the GPU, not in host RAM)."""
+        free, _ = cp.cuda.runtime.memGetInfo()
+        return int(free * 0.75)
+
+    def check_batch(self, batch: int) -> None:
+        """Refuse a batch the GPU cannot hold, or one past the decode workspace's rows (n_positions),
+        before anything is allocated."""
+        super().check_batch(batch)
+        if batch > self.config.n_positions:
+            raise BatchTooLarge(f"{batch} rows: the cuda backend decodes at most n_positions = "
+                                f"{self.config.n_positions} rows in one batch")
 
     def new_cache(self, batch: int) -> CudaCache:
         return CudaCache(batch, self.config)
