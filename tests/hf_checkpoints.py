@@ -58,7 +58,7 @@ class Ckpt(NamedTuple):
 def make_tokenizer_json(vocab_size: int = 512) -> str:
     """tokenizer.json text: byte-level BPE with exactly vocab_size ids, <|endoftext|> the last. Past 512 ids
     (more than the training text gives) the ids between the trained ones and <|endoftext|> are filler
-    entries "<|unused N|>" that no text encodes to (a model may not have ids its tokenizer lacks)."""
+    entries "<|unusedN|>" that no text encodes to (a model may not have ids its tokenizer lacks)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab_size < 258:
@@ -74,11 +74,9 @@ def make_tokenizer_json(vocab_size: int = 512) -> str:
         raise ValueError(f"the training text gives only {tok.get_vocab_size()} tokens; asked for {trained - 1}")
     tok.add_special_tokens([EOT])
     data = json.loads(tok.to_str())
+    for i in range(trained - 1, vocab_size - 1):  # printable ASCII: byte-level pieces no merge reaches
+        data["model"]["vocab"][f"<|unused{i}|>"] = i
     data["added_tokens"][0]["id"] = vocab_size - 1
-    for i in range(trained - 1, vocab_size - 1):  # added tokens: they decode to their own text
-        data["added_tokens"].insert(i - trained + 1, {"id": i, "content": f"<|unused {i}|>", "single_word": False,
-                                                      "lstrip": False, "rstrip": False, "normalized": False,
-                                                      "special": True})
     data["model"]["vocab"][EOT] = vocab_size - 1  # in the model vocab too, as in GPT-2 (so vocab.json has it)
     return json.dumps(data, ensure_ascii=False)
 
