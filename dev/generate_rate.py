@@ -3,7 +3,7 @@
 
 python3 dev/generate_rate.py [--batches 1,8,64] [--prompt-len 128] [--new 128] [--precision fp32]
 
-For each batch B: B prompts of --prompt-len random ids, --new tokens each, through
+For each batch B: B prompts of about --prompt-len tokens (random ids, decoded, re-encoded and cut), --new tokens each, through
 gpt2block.load(DIR, backend="cuda").generate(...), greedy (t=0) and the CLI default (t=1, top-k 50);
 prints wall tok/s, prefill ms and decode tok/s (median of 3 after a warm-up). Needs a GPU, CuPy, torch and
 transformers (to write the checkpoint); about a minute.
@@ -38,11 +38,13 @@ def main():
         rng = np.random.default_rng(0)
         print(f"{'B':>4} {'mode':>14} {'wall tok/s':>11} {'prefill ms':>11} {'decode tok/s':>13}")
         for b in map(int, a.batches.split(",")):
-            prompts = [[int(t) for t in rng.integers(0, 50000, a.prompt_len)] for _ in range(b)]
+            # random ids decoded, re-encoded and cut: texts of about --prompt-len tokens
+            prompts = [model.tokenizer.decode(model.tokenizer.encode(model.tokenizer.decode(
+                [int(t) for t in rng.integers(0, 50000, a.prompt_len)]))[:a.prompt_len]) for _ in range(b)]
             for mode, kw in (("greedy", dict(temperature=0)), ("t=1 top-k 50", dict(temperature=1.0, top_k=50))):
                 rows = []
                 for rep in range(4):
-                    out = model.generate([model.tokenizer.decode(p) for p in prompts], a.new, seed=rep, **kw)
+                    out = model.generate(prompts, a.new, seed=rep, **kw)
                     t = out[0].timing
                     rows.append((t.new_tokens / t.wall_s, t.prefill_ms, t.decode_tokens_per_s))
                 w, p, dec = (statistics.median(x) for x in zip(*rows[1:]))
