@@ -8,7 +8,7 @@ import pytest
 
 from gpt2block import bench
 
-BENCH_JSON = Path(__file__).resolve().parent.parent / "docs" / "bench" / "2026-11-27" / "bench.json"
+BENCH_JSON = Path(__file__).resolve().parent.parent / "docs" / "bench" / "2026-11-28" / "bench.json"
 
 
 def test_decode_step_bytes_gpt2():
