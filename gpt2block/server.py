@@ -598,7 +598,7 @@ def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key:
     threading.Thread(target=_when_failed, args=(engine, server), daemon=True).start()
     server.run()
     if engine.error is not None:
-        log(f"Error: {type(engine.error).__name__}: {engine.error}")
+        log(f"Error: {engine.error}")
         return 1
     return 0
 
