@@ -43,6 +43,7 @@ from .sampler import MAX_TOP_LOGPROBS, SEED_MAX, SamplingError, SamplingParams
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 MAX_STOP = 4  # stop strings per request (OpenAI's limit)
 MAX_STOP_CHARS = 256  # characters per stop string
+SWITCH_INTERVAL_S = 2e-4  # the server process's GIL switch interval
 
 
 class ApiError(Exception):
@@ -569,8 +570,13 @@ def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key:
           log=print, log_level: str = "info") -> int:
     """Run the server until SIGTERM / SIGINT has drained it; ``load()`` -> a Model, run on the engine thread.
     Returns the exit status: 0 after a drain, 1 when the model could not be loaded."""
+    import sys
+
     import uvicorn
 
+    # The engine thread and the event loop share the GIL: a short switch interval lets the loop send each token
+    # as it comes instead of after the engine's next few steps (Python's default is 5 ms).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     metrics = Metrics()
     engine = Engine(load, limits.max_batch, limits.max_queue, limits.prefill_chunk, metrics)
     app = create_app(engine, served_name, limits, api_key, metrics)

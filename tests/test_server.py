@@ -305,3 +305,23 @@ def test_two_replicas_answer_alike(server, ckpt, tmp_path):
 def test_serve_refuses_device_without_cuda(ckpt):
     r = CliRunner().invoke(main, ["serve", "--model", str(ckpt), "--backend", "numpy", "--device", "1"])
     assert r.exit_code == 2 and "--device" in r.output
+
+
+def test_load_benchmark_quick_runs_on_the_cpu(ckpt, tmp_path):
+    import subprocess
+    import sys
+
+    from hf_checkpoints import REPO_ROOT
+
+    out = tmp_path / "bench.json"
+    r = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "bench_serve.py"), "--model", str(ckpt),
+                        "--backend", "numpy", "--quick", "--concurrency", "1,3", "--requests", "4", "-o", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    levels = json.loads(out.read_text())["levels"]
+    assert [lv["concurrency"] for lv in levels] == [1, 3]
+    for lv in levels:
+        assert lv["errors"] == 0 and lv["rejected_429"] == 0 and lv["tokens"] > 0 and lv["tok_s"] > 0
+        assert lv["equal"] == lv["answered"] == 4 and lv["offline_tokens"] >= lv["tokens"]
+        assert lv["ttft_p50_ms"] <= lv["ttft_p99_ms"] and lv["itl_p50_ms"] <= lv["itl_p99_ms"]
+    assert "| concurrency |" in r.stdout
