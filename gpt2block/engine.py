@@ -350,7 +350,8 @@ class Engine:
 
     def _batch(self, rows: list[Row]) -> SamplingBatch:
         tops = [r.job.top_logprobs for r in rows if r.job.top_logprobs is not None]
-        return SamplingBatch([r.job.params for r in rows], [r.job.seed for r in rows], [r.sample for r in rows],
+        seeds = np.array([r.job.seed for r in rows], np.uint64)  # integer arrays: checked at once
+        return SamplingBatch([r.job.params for r in rows], seeds, np.array([r.sample for r in rows], np.int64),
                              [r.prompt_ids for r in rows], [r.output_ids for r in rows], bool(tops), max(tops, default=0))
 
     def _decode(self, out: dict) -> None:
