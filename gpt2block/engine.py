@@ -173,7 +173,9 @@ class Engine:
         with self._cv:
             if self._draining or self.finished.is_set():
                 raise EngineClosed("the server is shutting down")
-            if len(self._queue) >= self.max_queue:
+            waiting = sum(len(j.rows) - j.admitted for j in self._queue)
+            free = self._slots.count(None) - waiting
+            if len(self._queue) >= self.max_queue and free < len(job.rows):
                 raise EngineFull(f"the queue holds {self.max_queue} requests (--max-queue); retry later")
             self._queue.append(job)
             self._gauges()
@@ -215,9 +217,18 @@ class Engine:
                         self._cv.wait()
                     if self._draining and not self._busy() and not self._queue:
                         return
-                self._step()
+                try:
+                    self._step()
+                except Exception as e:  # a fault in one step ends the requests it ran, not the server
+                    self.log(f"engine step failed: {type(e).__name__}: {e}")
+                    self._fail_running(e)
         finally:
             self.finished.set()
+
+    def _fail_running(self, err: Exception) -> None:
+        jobs = dict.fromkeys(r.job for r in self._slots if r is not None)
+        for job in jobs:
+            self._end_job(job, err, {})
 
     def _busy(self) -> bool:
         return any(s is not None for s in self._slots)

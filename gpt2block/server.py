@@ -578,7 +578,7 @@ def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key:
     # as it comes instead of after the engine's next few steps (Python's default is 5 ms).
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     metrics = Metrics()
-    engine = Engine(load, limits.max_batch, limits.max_queue, limits.prefill_chunk, metrics)
+    engine = Engine(load, limits.max_batch, limits.max_queue, limits.prefill_chunk, metrics, log)
     app = create_app(engine, served_name, limits, api_key, metrics)
 
     class Server(uvicorn.Server):
