@@ -402,14 +402,11 @@ async def _watch(request: Request, job: Job) -> None:
 
 async def _run(request: Request, engine: Engine, c: Checked, tokenizer, served_name: str, limits: Limits,
                metrics: Metrics):
-    loop = asyncio.get_running_loop()
     events: asyncio.Queue = asyncio.Queue()
+    mailbox = _Mailbox.of(asyncio.get_running_loop())
 
     def deliver(items) -> None:  # from the engine thread
-        try:
-            loop.call_soon_threadsafe(events.put_nowait, items)
-        except RuntimeError:  # the event loop has closed
-            pass
+        mailbox.post(events, items)
 
     job = Job(c.prompts, c.n, c.params, c.max_tokens, c.seed, c.stop, c.logprobs,
               c.echo and c.logprobs is not None, tokenizer, deliver, limits.request_timeout)
@@ -442,11 +439,12 @@ async def _stream(job: Job, events: asyncio.Queue, answer: "_Answer", watcher):
         if answer.c.echo and not job.prompt_logprobs:
             yield _sse(answer.chunk([answer.echo_piece(i) for i in range(len(answer.choices))]))
         while not answer.complete:
-            items = await events.get()
-            if isinstance(items, BaseException):
-                yield _sse(_from_engine(items).body())
+            items, err = _ready(await events.get(), events)
+            if items:
+                yield _sse(answer.chunk(answer.add(items)))
+            if err is not None:
+                yield _sse(_from_engine(err).body())
                 break
-            yield _sse(answer.chunk(answer.add(items)))
         else:
             if answer.c.include_usage:
                 yield _sse(answer.usage_chunk())
@@ -454,6 +452,53 @@ async def _stream(job: Job, events: asyncio.Queue, answer: "_Answer", watcher):
     finally:
         watcher.cancel()
         job.cancel()
+
+
+def _ready(first, events: asyncio.Queue) -> tuple[list, Optional[BaseException]]:
+    """``first`` and every delivery already waiting behind it, as one list of pieces (a stream that fell behind
+    the engine sends them as one chunk, a choice's pieces joined), and the error that ended the request."""
+    items, err = [], None
+    while True:
+        if isinstance(first, BaseException):
+            return items, first
+        items.extend(first)
+        if events.empty():
+            return items, err
+        first = events.get_nowait()
+
+
+class _Mailbox:
+    """The engine thread's deliveries to one event loop: one wake-up of the loop per batch of deliveries,
+    not one per request and step."""
+
+    _by_loop: dict = {}
+
+    @classmethod
+    def of(cls, loop) -> "_Mailbox":
+        box = cls._by_loop.get(loop)
+        if box is None:
+            box = cls._by_loop[loop] = cls(loop)
+        return box
+
+    def __init__(self, loop):
+        self.loop, self.lock, self.pending, self.scheduled = loop, threading.Lock(), [], False
+
+    def post(self, queue: asyncio.Queue, items) -> None:
+        with self.lock:
+            self.pending.append((queue, items))
+            if self.scheduled:
+                return
+            self.scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self._flush)
+        except RuntimeError:  # the event loop has closed
+            pass
+
+    def _flush(self) -> None:
+        with self.lock:
+            pending, self.pending, self.scheduled = self.pending, [], False
+        for queue, items in pending:
+            queue.put_nowait(items)
 
 
 def _sse(obj) -> str:

@@ -8,7 +8,8 @@ For each concurrency C, C clients send requests back to back until the level's r
 max(32, 2 C)); each request is a text prompt of 32-512 tokens and 32-256 new tokens (drawn from --seed;
 --quick: 8-32 and 4-16), temperature 0.8, top-p 0.95, one seed. Reported per level: aggregate generated
 tokens/s (completion tokens over the level's wall time), time to first token p50 / p99, inter-token latency
-p50 / p99 (gaps between a stream's successive chunks), errors (429s counted apart), and the offline API on the
+p50 / p99 (gaps between a stream's successive chunks; a stream that falls behind the engine gets several tokens
+in one chunk, tokens_per_chunk in the JSON), errors (429s counted apart), and the offline API on the
 same requests: Model.generate on batches of min(C, --max-batch) requests in the same order, each batch run to
 its longest request's max_tokens (every token it generates counted), and how many server answers equal the
 offline text cut to their max_tokens. Every request carries the seed --seed (the offline API takes one seed per
@@ -80,6 +81,7 @@ async def one(client: httpx.AsyncClient, url: str, model: str, i: int, req: dict
                 if not chunk["choices"]:
                     continue
                 now = time.perf_counter()
+                stats["chunks"] += 1
                 if last is None:
                     stats["ttft"].append(now - t0)
                 else:
@@ -96,7 +98,7 @@ async def one(client: httpx.AsyncClient, url: str, model: str, i: int, req: dict
 
 
 async def level(url: str, model: str, reqs: list[dict], concurrency: int, timeout: float) -> dict:
-    stats = {"ttft": [], "itl": [], "tokens": 0, "errors": [], "rejected": 0, "texts": {}}
+    stats = {"ttft": [], "itl": [], "tokens": 0, "chunks": 0, "errors": [], "rejected": 0, "texts": {}}
     todo = iter(enumerate(reqs))
 
     async def worker(client):
@@ -116,7 +118,8 @@ async def level(url: str, model: str, reqs: list[dict], concurrency: int, timeou
     return {"concurrency": concurrency, "requests": len(reqs), "wall_s": wall, "tokens": stats["tokens"],
             "tok_s": stats["tokens"] / wall, "ttft_p50_ms": percentile(stats["ttft"], 50),
             "ttft_p99_ms": percentile(stats["ttft"], 99), "itl_p50_ms": percentile(stats["itl"], 50),
-            "itl_p99_ms": percentile(stats["itl"], 99), "errors": len(stats["errors"]),
+            "itl_p99_ms": percentile(stats["itl"], 99), "tokens_per_chunk": stats["tokens"] / max(stats["chunks"], 1),
+            "errors": len(stats["errors"]),
             "error_samples": stats["errors"][:5], "rejected_429": stats["rejected"], "_texts": stats["texts"]}
 
 
