@@ -504,7 +504,8 @@ _L = Limits()  # the server's limits (their defaults' one owner)
                    "of one request")
 @click.option("--max-queue", type=click.IntRange(min=0), default=_L.max_queue, show_default=True,
               help="requests waiting for a slot; past it, 429 with Retry-After")
-@click.option("--request-timeout", type=FiniteFloatRange(min=0, min_open=True), default=_L.request_timeout, show_default=True,
+@click.option("--request-timeout", type=FiniteFloatRange(min=0, min_open=True), default=_L.request_timeout,
+              show_default=True,
               help="seconds from a request's arrival to its last token")
 @click.option("--max-body-bytes", type=click.IntRange(min=1), default=_L.max_body_bytes, show_default=True,
               help="largest request body; past it, 413")
@@ -521,7 +522,8 @@ def serve(model, backend, precision, host, port, served_model_name, api_key, max
     try:
         from .server import serve as run_server
     except ImportError as e:
-        raise click.ClickException(f"gpt2block serve needs the serve extra ({e}): pip install gpt2block[serve]") from None
+        raise click.ClickException(f"gpt2block serve needs the serve extra ({e}): "
+                                   "pip install gpt2block[serve]") from None
     from .api import load
 
     with user_errors():

@@ -57,6 +57,14 @@ class EngineClosed(RuntimeError):
     """The engine drains (or has stopped): it takes no new request."""
 
 
+class RequestTimeout(RuntimeError):
+    """A request ran past the server's request timeout."""
+
+
+class ShuttingDown(RuntimeError):
+    """The server ended the request at the end of its drain deadline."""
+
+
 @dataclass
 class Piece:
     """What one row produced in one step: a token (and the text now safe to stream), or its end."""
@@ -122,14 +130,6 @@ class Job:
 
     def cancel(self) -> None:
         self.cancelled = True
-
-
-class RequestTimeout(RuntimeError):
-    """A request ran past the server's request timeout."""
-
-
-class ShuttingDown(RuntimeError):
-    """The server ended the request at the end of its drain deadline."""
 
 
 class Engine:
@@ -363,7 +363,8 @@ class Engine:
         tops = [r.job.top_logprobs for r in rows if r.job.top_logprobs is not None]
         seeds = np.array([r.job.seed for r in rows], np.uint64)  # integer arrays: checked at once
         return SamplingBatch([r.job.params for r in rows], seeds, np.array([r.sample for r in rows], np.int64),
-                             [r.prompt_ids for r in rows], [r.output_ids for r in rows], bool(tops), max(tops, default=0))
+                             [r.prompt_ids for r in rows], [r.output_ids for r in rows], bool(tops),
+                             max(tops, default=0))
 
     def _decode(self, out: dict) -> None:
         rows = [r for r in self._slots if r is not None and r.feed is not None and not r.done]

@@ -36,7 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .engine import Engine, EngineClosed, Limits, EngineFull, Job, Piece, PromptLogprobs, RequestTimeout, ShuttingDown
+from .engine import Engine, EngineClosed, EngineFull, Job, Limits, PromptLogprobs, RequestTimeout, ShuttingDown
 from .generate import check_text
 from .sampler import MAX_TOP_LOGPROBS, SEED_MAX, SamplingError, SamplingParams
 
@@ -184,8 +184,8 @@ def check_request(req: CompletionRequest, served: str, tokenizer, n_ctx: int, li
     for i, ids in enumerate(prompts):
         if len(ids) + max_tokens > n_ctx:
             which = "the prompt" if len(prompts) == 1 else f"prompt {i}"
-            raise ApiError(400, f"{which} has {len(ids)} tokens and max_tokens is {max_tokens}: {len(ids) + max_tokens} "
-                           f"tokens do not fit the model's context of {n_ctx}", "max_tokens")
+            raise ApiError(400, f"{which} has {len(ids)} tokens and max_tokens is {max_tokens}: "
+                           f"{len(ids) + max_tokens} tokens do not fit the model's context of {n_ctx}", "max_tokens")
     stop = [] if req.stop is None else [req.stop] if isinstance(req.stop, str) else list(req.stop)
     if len(stop) > MAX_STOP:
         raise ApiError(400, f"at most {MAX_STOP} stop strings; got {len(stop)}", "stop")

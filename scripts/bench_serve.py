@@ -167,7 +167,8 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| concurrency | requests | server tok/s | offline tok/s | ratio | TTFT p50 / p99 ms | inter-token p50 / p99 ms "
+    out = ["| concurrency | requests | server tok/s | offline tok/s | ratio | TTFT p50 / p99 ms "
+           "| inter-token p50 / p99 ms "
            "| errors | 429 | equal to offline |",
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
@@ -179,7 +180,8 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="gpt2")
     ap.add_argument("--backend", default="auto", choices=["auto", "numpy", "cuda"])
     ap.add_argument("--precision", default="fp32")
