@@ -1,4 +1,4 @@
-"""The command line: generate, validate, perplexity, pack, info, export-cuda.
+"""The command line: generate, validate, perplexity, pack, info, export-cuda, bench, serve.
 
 Output goes to stdout (generated text, figures); everything about the run
 (backend picked, warnings, the one-line summary) goes to stderr. Errors about
@@ -27,6 +27,7 @@ from .checkpoint import HUB_IDS, CheckpointError, default_pack_path, load_model,
 from .config import ConfigError
 from .kernel_source import set_compile_progress
 from .api import Model
+from .engine import Limits
 from .generate import DEFAULT_MAX_NEW_TOKENS, check_max_new_tokens
 from .output import OutputError
 from .perplexity import PerplexityError
@@ -482,3 +483,64 @@ def bench(out_dir, reps, quick, sections):
     with user_errors(RuntimeError):
         run_bench(out_dir, reps, quick, chosen, log=note)
     click.echo((Path(out_dir) / "bench.md").read_text())
+
+
+# ---------------------------------------------------------------- serve
+
+_L = Limits()  # the server's limits (their defaults' one owner)
+
+
+@main.command()
+@model_option()
+@backend_option
+@precision_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to bind (0.0.0.0: every interface)")
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
+@click.option("--served-model-name", default=None, help="the model's name in the API [default: the --model argument]")
+@click.option("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 (also $GPT2BLOCK_API_KEY)",
+              envvar="GPT2BLOCK_API_KEY")
+@click.option("--max-batch", type=click.IntRange(min=1), default=_L.max_batch, show_default=True,
+              help="KV slots: rows decoded together, made once at start-up; also the most rows (prompts x n) "
+                   "of one request")
+@click.option("--max-queue", type=click.IntRange(min=0), default=_L.max_queue, show_default=True,
+              help="requests waiting for a slot; past it, 429 with Retry-After")
+@click.option("--request-timeout", type=FiniteFloatRange(min=0, min_open=True), default=_L.request_timeout,
+              show_default=True,
+              help="seconds from a request's arrival to its last token")
+@click.option("--max-body-bytes", type=click.IntRange(min=1), default=_L.max_body_bytes, show_default=True,
+              help="largest request body; past it, 413")
+@click.option("--drain-timeout", type=FiniteFloatRange(min=0), default=_L.drain_timeout, show_default=True,
+              help="seconds running requests get to finish after SIGTERM")
+@click.option("--prefill-chunk", type=click.IntRange(min=1), default=_L.prefill_chunk, show_default=True,
+              help="prompt tokens prefilled per step (a longer prompt takes several steps)")
+@click.option("--device", type=click.IntRange(min=0), default=None, help="the GPU of the cuda backend [default: 0]")
+@click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
+              show_default=True, help="uvicorn's log level (access lines at info)")
+def serve(model, backend, precision, host, port, served_model_name, api_key, max_batch, max_queue, request_timeout,
+          max_body_bytes, drain_timeout, prefill_chunk, device, log_level):
+    """An OpenAI-compatible HTTP server (POST /v1/completions) with continuous batching."""
+    try:
+        from .server import serve as run_server
+    except ImportError as e:
+        raise click.ClickException(f"gpt2block serve needs the serve extra ({e}): "
+                                   "pip install gpt2block[serve]") from None
+    from .api import load
+
+    with user_errors():
+        name = resolve_backend(backend)
+    if backend == "auto":
+        note(f"backend auto -> {name} ({cuda_status()[1]})")
+    if device is not None and name != "cuda":
+        raise click.BadParameter("selects a GPU of the cuda backend; this run uses numpy", param_hint="--device")
+    set_compile_progress(note)
+
+    def load_model_here():
+        if name == "cuda":
+            import cupy
+
+            cupy.cuda.Device(device or 0).use()
+        return load(model, name, precision, log=note)
+
+    limits = Limits(max_batch, max_queue, request_timeout, max_body_bytes, drain_timeout, prefill_chunk)
+    status = run_server(load_model_here, served_model_name or str(model), host, port, limits, api_key, note, log_level)
+    sys.exit(status)

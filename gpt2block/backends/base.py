@@ -23,6 +23,9 @@ NumPy sampler (a device backend overrides them to keep the work on the device):
   sample_step(cache, tokens, batch)          append tokens [B] and draw each row's next
                                              token -> SampleOutput; only ids (and
                                              log-probabilities) come back, never logits
+  sample_rows(cache, rows, tokens, batch)    sample_step on some rows of the cache only (the
+                                             server's continuous batching): the other rows
+                                             keep their state
   greedy_steps(cache, tokens, max_steps)     greedy decode as a stream of argmax ids
 
 ``batch`` is a sampler.SamplingBatch: per-row SamplingParams, seeds, sample indices
@@ -30,6 +33,9 @@ and penalty histories. The token drawn after a row's cache reaches cache.pos[row
 tokens has position cache.pos[row] (the Philox counter's first word), so a device
 sampler reads every position from the cache. A device sampler draws from exactly
 sampler.distribution() (the contract in sampler.py's docstring).
+
+Lowering cache.pos[row] forgets that row's last tokens: what lies past pos is never read
+and is overwritten by the next tokens appended (sample_rows' default relies on this).
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 
 from ..config import GPT2Config
-from ..sampler import SampleOutput, SamplingBatch, check_logits
+from ..sampler import SampleOutput, SamplingBatch, SamplingParams, check_logits
 
 PRECISIONS = ("fp32", "tf32", "bf16")
 MAX_ROWS = 1 << 20  # rows of one batch, whatever the memory (the loop keeps a few objects per row)
@@ -157,6 +163,33 @@ class Runner(ABC):
             raise ValueError(f"sample_step got {batch.batch} sampling rows for a batch of {cache.batch}")
         return batch.draw(self.decode(cache, tokens), cache.pos.copy())
 
+    def sample_rows(self, cache: Cache, rows: Sequence[int], tokens: np.ndarray, batch: SamplingBatch) -> SampleOutput:
+        """sample_step on rows ``rows`` of the cache only: append tokens[i] to row rows[i] and draw its next
+        token by row i of ``batch`` (len(rows) rows) -> SampleOutput of len(rows) rows. The other rows
+        keep their tokens and positions.
+
+        Default: sample_step itself when ``rows`` are all the rows in order; else sample_step on the whole
+        cache, the other rows fed token 0 and drawn greedily, then their positions set back by one (so a
+        device sampler's sample_step serves this too). Where another row's context is full, the rows
+        are stepped through prefill_batch and the NumPy sampler instead.
+        """
+        rows, tokens = check_step_rows(cache, rows, tokens, self.config.vocab_size)
+        if batch.batch != len(rows):
+            raise ValueError(f"sample_rows got {batch.batch} sampling rows for {len(rows)} cache rows")
+        if rows == list(range(cache.batch)):
+            return self.sample_step(cache, tokens, batch)
+        others = np.setdiff1d(np.arange(cache.batch), rows)
+        if (cache.pos[others] >= cache.n_ctx).any():
+            logits = self.prefill_batch(cache, rows, [[int(t)] for t in tokens])  # [len(rows), V]
+            return batch.draw(logits, cache.pos[rows])
+        for r in rows:
+            cache.check_room(r, 1)
+        feed = np.zeros(cache.batch, np.int64)
+        feed[rows] = tokens
+        out = self.sample_step(cache, feed, _spread(batch, rows, cache.batch))
+        cache.pos[others] -= 1
+        return _pick(out, rows)
+
     def decode_greedy(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
         """Append one token to every row and return each row's argmax [batch] (int64)."""
         return np.argmax(check_logits(self.decode(cache, tokens)), axis=-1)
@@ -208,6 +241,41 @@ def check_batch_args(cache: Cache, rows, id_lists, vocab_size: int) -> tuple[lis
         if not 0 <= r < cache.batch:
             raise ValueError(f"row {r} is outside the cache's batch [0, {cache.batch})")
     return rows, [check_ids(ids, vocab_size) for ids in id_lists]
+
+
+def check_step_rows(cache: Cache, rows, tokens, vocab_size: int) -> tuple[list[int], np.ndarray]:
+    """sample_rows' arguments: distinct rows of the cache, in any order, and one token id each."""
+    rows = [int(r) for r in rows]
+    if not rows:
+        raise ValueError("sample_rows needs at least one row")
+    if len(set(rows)) != len(rows):
+        raise ValueError("a row appears twice in one sample_rows")
+    for r in rows:
+        if not 0 <= r < cache.batch:
+            raise ValueError(f"row {r} is outside the cache's batch [0, {cache.batch})")
+    tokens = check_ids(tokens, vocab_size)
+    if tokens.shape[0] != len(rows):
+        raise ValueError(f"sample_rows got {tokens.shape[0]} tokens for {len(rows)} rows")
+    return rows, tokens
+
+
+def _spread(batch: SamplingBatch, rows: list[int], B: int) -> SamplingBatch:
+    """``batch`` (one sampling row per entry of rows) as a batch of all B cache rows; the others greedy."""
+    idle = SamplingParams(temperature=0.0)
+    where = {r: i for i, r in enumerate(rows)}
+    pick = lambda seq, fill: [seq[where[r]] if r in where else fill for r in range(B)]  # noqa: E731
+    seeds = np.zeros(B, np.uint64)
+    seeds[rows] = batch.seeds
+    indices = np.zeros(B, np.int64)
+    indices[rows] = batch.sample_indices
+    return SamplingBatch(pick(batch.params, idle), seeds, indices, pick(batch.prompt_ids, [0]),
+                         pick(batch.output_ids, []), batch.logprobs, batch.top_logprobs)
+
+
+def _pick(out: SampleOutput, rows: list[int]) -> SampleOutput:
+    """The rows ``rows`` of a whole batch's SampleOutput, in that order."""
+    take = lambda a: None if a is None else a[rows]  # noqa: E731
+    return SampleOutput(out.ids[rows], take(out.logprobs), take(out.top_ids), take(out.top_logprobs))
 
 
 def token_chunks(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:

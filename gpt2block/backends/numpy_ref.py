@@ -13,7 +13,8 @@ import numpy as np
 from ..config import HEAD_DIM, GPT2Config
 from ..layout import block_layout
 from ..weights import ModelWeights
-from .base import Cache, Runner, check_batch_args, check_ids, token_chunks
+from ..sampler import SampleOutput, SamplingBatch
+from .base import Cache, Runner, check_batch_args, check_ids, check_step_rows, token_chunks
 
 SQRT_2_OVER_PI = 0.7978845608028654
 PREFILL_CHUNK_TOKENS = 2048  # tokens per packed prefill pass (bounds the activations' memory)
@@ -162,3 +163,13 @@ class NumpyRunner(Runner):
             cache.check_room(b, 1)
         h = self._run(cache, range(cache.batch), tokens[:, None])  # [B, D]
         return self._logits(h)
+
+    def sample_rows(self, cache: Cache, rows: Sequence[int], tokens: np.ndarray, batch: SamplingBatch) -> SampleOutput:
+        """Only the rows named run: one packed pass over len(rows) tokens, then the NumPy sampler."""
+        rows, tokens = check_step_rows(cache, rows, tokens, self.config.vocab_size)
+        if batch.batch != len(rows):
+            raise ValueError(f"sample_rows got {batch.batch} sampling rows for {len(rows)} cache rows")
+        for r in rows:
+            cache.check_room(r, 1)
+        h = self._run(cache, rows, tokens[:, None])  # [len(rows), D]
+        return batch.draw(self._logits(h), cache.pos[rows])

@@ -1,0 +1,410 @@
+"""Continuous batching: one thread owns the model and a fixed pool of KV slots; requests join and leave the
+running batch at step boundaries.
+
+A Job is one request: its rows (prompts x n samples, row index = prompt * n + sample, as OpenAI numbers
+its choices) wait in a bounded FIFO queue until a slot is free. Every step of the engine thread
+
+1. ends the rows of cancelled requests (the client went away) and of requests past their deadline, and
+   frees their slots;
+2. gives free slots to waiting rows, in arrival order;
+3. prefills at most ``prefill_chunk`` prompt tokens of the admitted rows (a long prompt takes several
+   steps, so that the running rows keep receiving tokens between its chunks), and draws each prompt's
+   first token when its last chunk is in;
+4. steps every row that has a token to feed (Runner.sample_rows: only those rows run), each row with
+   its own SamplingParams, seed and stop strings;
+
+and hands each Job the step's pieces through its callback. A slot is one row of a single Cache of
+``max_batch`` rows, made once at start-up; a freed slot's position goes back to 0.
+
+Randomness is sampler.py's contract: row r of a request draws with the request's seed, sample index
+r % n and the position of the token drawn, so its tokens equal generate()'s for the same prompt,
+parameters and seed, whatever else runs beside it. Stop strings and the text held back for them are
+generate.RowText's; a row stops at <|endoftext|>, at a stop string (both "stop") or after max_tokens
+("length").
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from .generate import RowText
+from .sampler import SamplingBatch, SamplingParams, raw_logprobs
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The server's limits; each is a `gpt2block serve` option of the same name (these defaults are its)."""
+
+    max_batch: int = 64  # KV slots: rows decoded together; also the most rows (prompts x n) of one request
+    max_queue: int = 256  # requests waiting for a slot; past it, 429
+    request_timeout: float = 600.0  # seconds from arrival to the last token
+    max_body_bytes: int = 1 << 20  # request body
+    drain_timeout: float = 30.0  # seconds running requests get after SIGTERM
+    prefill_chunk: int = 512  # prompt tokens prefilled per engine step
+
+
+class EngineFull(RuntimeError):
+    """The queue holds max_queue requests already."""
+
+
+class EngineClosed(RuntimeError):
+    """The engine drains (or has stopped): it takes no new request."""
+
+
+class RequestTimeout(RuntimeError):
+    """A request ran past the server's request timeout."""
+
+
+class ShuttingDown(RuntimeError):
+    """The server ended the request at the end of its drain deadline."""
+
+
+@dataclass
+class Piece:
+    """What one row produced in one step: a token (and the text now safe to stream), or its end."""
+
+    index: int  # the row (choice) index
+    text: str
+    token: Optional[int] = None  # None: no new token (the row ended at <|endoftext|> or was ended)
+    logprob: Optional[float] = None
+    top: Optional[list[tuple[int, float]]] = None  # the top-n (id, logprob), most likely first
+    finish: Optional[str] = None  # "stop" | "length" when the row ended with this piece
+
+
+@dataclass
+class PromptLogprobs:
+    """The prompt's own log-probabilities (echo with logprobs): position 0 has none."""
+
+    index: int
+    logprobs: list  # [len(prompt)] float or None
+    top: list  # [len(prompt)] list of (id, logprob), or None
+
+
+@dataclass
+class Row:
+    job: "Job"
+    index: int
+    sample: int
+    prompt_ids: list[int]
+    text: RowText
+    output_ids: list[int] = field(default_factory=list)
+    slot: int = -1
+    prefilled: int = 0  # prompt tokens in the cache
+    feed: Optional[int] = None  # the token drawn last, to be appended at the next step
+    finish: Optional[str] = None
+    last_token_at: float = 0.0
+    prompt_lp: Optional[list] = None  # echo with logprobs: per prompt position
+    prompt_top: Optional[list] = None
+    prev_logits: Optional[np.ndarray] = None  # the logits before the next prompt chunk's first token
+
+    @property
+    def done(self) -> bool:
+        return self.finish is not None
+
+
+class Job:
+    """One request: rows, their sampling, and where their pieces go (``deliver(list)`` from the engine thread;
+    a list of Piece / PromptLogprobs, or an Exception that ends the request)."""
+
+    def __init__(self, prompts: list[list[int]], n: int, params: SamplingParams, max_tokens: int, seed: int,
+                 stop: list[str], top_logprobs: Optional[int], prompt_logprobs: bool, tokenizer,
+                 deliver: Callable[[object], None], timeout: float):
+        self.params, self.max_tokens, self.seed = params, max_tokens, seed
+        self.top_logprobs = top_logprobs  # None: no log-probabilities
+        self.prompt_logprobs = prompt_logprobs
+        self.deliver = deliver
+        self.arrived = time.monotonic()
+        self.deadline = self.arrived + timeout
+        self.timeout = timeout
+        self.cancelled = False  # set from the HTTP side when the client goes away
+        self.first_token_seen = False
+        self.admitted = 0  # rows given a slot so far
+        self.rows = [Row(self, p * n + s, s, ids, RowText(tokenizer, stop)) for p, ids in enumerate(prompts)
+                     for s in range(n)]
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Engine:
+    """The batching loop on its own thread. ``load()`` runs on that thread (a GPU backend's state is made
+    where it is used) and returns a gpt2block Model; ``metrics`` receives the events it counts."""
+
+    def __init__(self, load: Callable[[], object], max_batch: int, max_queue: int, prefill_chunk: int,
+                 metrics=None, log: Callable[[str], None] = lambda m: None):
+        self._load = load
+        self.max_batch, self.max_queue, self.prefill_chunk = max_batch, max_queue, prefill_chunk
+        self.metrics = metrics
+        self.log = log
+        self.model = None
+        self.error: Optional[BaseException] = None  # why loading failed
+        self.ready = threading.Event()  # the model is loaded and warm
+        self.finished = threading.Event()  # the loop has ended
+        self._cv = threading.Condition()
+        self._queue: deque[Job] = deque()  # jobs with rows waiting for a slot
+        self._slots: list[Optional[Row]] = [None] * max_batch
+        self._prefilling: list[Row] = []  # admitted rows whose prompt is not all in, in admission order
+        self._draining = False
+        self._end_at: Optional[float] = None  # drain deadline (time.monotonic)
+        self._thread = threading.Thread(target=self._main, name="gpt2block-engine", daemon=True)
+
+    # ---- the HTTP side's calls (any thread)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def queue_depth(self) -> int:
+        return len(self._queue)
+
+    def running(self) -> int:
+        return sum(s is not None for s in self._slots)
+
+    def submit(self, job: Job) -> None:
+        with self._cv:
+            if self._draining or self.finished.is_set():
+                raise EngineClosed("the server is shutting down")
+            waiting = sum(len(j.rows) - j.admitted for j in self._queue)
+            free = self._slots.count(None) - waiting
+            if len(self._queue) >= self.max_queue and free < len(job.rows):
+                raise EngineFull(f"the queue holds {self.max_queue} requests (--max-queue); retry later")
+            self._queue.append(job)
+            self._gauges()
+            self._cv.notify()
+
+    def drain(self, deadline_s: float) -> None:
+        """Take no new request; queued requests that have no row running yet are refused; the others finish,
+        or are ended after ``deadline_s`` seconds; then the loop ends (``finished``)."""
+        with self._cv:
+            if self._draining:
+                return
+            self._draining = True
+            self._end_at = time.monotonic() + deadline_s
+            for job in [j for j in self._queue if j.admitted == 0]:
+                self._queue.remove(job)
+                job.deliver(EngineClosed("the server is shutting down"))
+            self._gauges()
+            self._cv.notify()
+
+    # ---- the engine thread
+
+    def _main(self) -> None:
+        try:
+            self.model = self._load()
+            runner = self.model.runner
+            runner.check_batch(self.max_batch)
+            self.cache = runner.new_cache(self.max_batch)
+            self._warm()
+        except BaseException as e:  # reported by the server, which exits with it
+            self.error = e
+            self.finished.set()
+            return
+        self.eot = self.model.tokenizer.eot_id
+        self.ready.set()
+        try:
+            while True:
+                with self._cv:
+                    while not self._queue and not self._busy() and not self._draining:
+                        self._cv.wait()
+                    if self._draining and not self._busy() and not self._queue:
+                        return
+                try:
+                    self._step()
+                except Exception as e:  # a fault in one step ends the requests it ran, not the server
+                    self.log(f"engine step failed: {type(e).__name__}: {e}")
+                    self._fail_running(e)
+        finally:
+            self.finished.set()
+
+    def _fail_running(self, err: Exception) -> None:
+        jobs = dict.fromkeys(r.job for r in self._slots if r is not None)
+        for job in jobs:
+            self._end_job(job, err, {})
+
+    def _busy(self) -> bool:
+        return any(s is not None for s in self._slots)
+
+    def _warm(self) -> None:
+        """One prefill and two steps of one slot (a GPU backend compiles and captures here), then reset."""
+        runner = self.model.runner
+        b = SamplingBatch([SamplingParams(temperature=0.0)], [0], [0], [[0]])
+        runner.prefill_batch(self.cache, [0], [[0, 0]])
+        for _ in range(2):
+            runner.sample_rows(self.cache, [0], np.zeros(1, np.int64), b)
+        self.cache.reset()
+
+    def _gauges(self) -> None:
+        if self.metrics is not None:
+            self.metrics.queue(len(self._queue), self.running())
+
+    def _step(self) -> None:
+        now = time.monotonic()
+        out: dict[Job, list] = {}
+        self._end_rows(now, out)
+        self._admit()
+        self._prefill(out)
+        self._decode(out)
+        for job, items in out.items():
+            job.deliver(items)
+        with self._cv:
+            self._gauges()
+
+    def _end_rows(self, now: float, out: dict) -> None:
+        """Free the slots of cancelled requests; end the requests past their deadline or the drain's."""
+        with self._cv:
+            jobs = list(self._queue) + [r.job for r in self._slots if r is not None]
+        for job in dict.fromkeys(jobs):  # each once, in order
+            if job.cancelled:
+                self._end_job(job, None, out)
+            elif self._end_at is not None and now > self._end_at:
+                self._end_job(job, ShuttingDown("the server shut down before the request finished"), out)
+            elif now > job.deadline:
+                self._end_job(job, RequestTimeout(f"the request ran past the server's timeout of {job.timeout:g} s"),
+                              out)
+
+    def _end_job(self, job: Job, err: Optional[Exception], out: dict) -> None:
+        with self._cv:
+            if job in self._queue:
+                self._queue.remove(job)
+        for row in job.rows:
+            self._free(row, "cancelled")
+        job.cancelled = True
+        out.pop(job, None)
+        if err is not None:
+            job.deliver(err)
+
+    def _admit(self) -> None:
+        with self._cv:
+            for slot in range(self.max_batch):
+                if not self._queue:
+                    break
+                if self._slots[slot] is not None:
+                    continue
+                job = self._queue[0]
+                row = job.rows[job.admitted]
+                job.admitted += 1
+                if job.admitted == len(job.rows):
+                    self._queue.popleft()
+                row.slot = slot
+                self._slots[slot] = row
+                self.cache.pos[slot] = 0
+                if job.prompt_logprobs:
+                    row.prompt_lp, row.prompt_top = [None], [None]
+                self._prefilling.append(row)
+
+    def _free(self, row: Row, reason: str) -> None:
+        if row.finish is None:
+            row.finish = reason
+        if row.slot >= 0:
+            self._slots[row.slot] = None
+            self.cache.pos[row.slot] = 0
+            row.slot = -1
+        if row in self._prefilling:
+            self._prefilling.remove(row)
+
+    def _prefill(self, out: dict) -> None:
+        runner = self.model.runner
+        budget = self.prefill_chunk
+        plain, complete = [], []  # (row, chunk) for prefill_batch; rows whose prompt is now all in, with logits
+        for row in list(self._prefilling):
+            if budget <= 0:
+                break
+            chunk = row.prompt_ids[row.prefilled:row.prefilled + budget]
+            budget -= len(chunk)
+            if row.prompt_lp is not None:  # echo with logprobs: every position's logits
+                logits = runner.prefill(self.cache, row.slot, chunk, all_logits=True)  # [len(chunk), V]
+                self._prompt_logprobs(row, chunk, logits)
+                row.prefilled += len(chunk)
+                if row.prefilled == len(row.prompt_ids):
+                    complete.append((row, logits[-1]))
+            else:
+                plain.append((row, chunk))
+        if plain:
+            logits = runner.prefill_batch(self.cache, [r.slot for r, _ in plain], [c for _, c in plain])  # [k, V]
+            for (row, chunk), lg in zip(plain, logits):
+                row.prefilled += len(chunk)
+                if row.prefilled == len(row.prompt_ids):
+                    complete.append((row, lg))
+        if not complete:
+            return
+        rows = [r for r, _ in complete]
+        for row in rows:
+            self._prefilling.remove(row)
+            if row.prompt_lp is not None:
+                out.setdefault(row.job, []).append(PromptLogprobs(row.index, row.prompt_lp, row.prompt_top))
+        drawn = self._batch(rows).draw(np.stack([lg for _, lg in complete]), self.cache.pos[[r.slot for r in rows]])
+        self._take(rows, drawn, out)
+
+    def _prompt_logprobs(self, row: Row, chunk: list[int], logits: np.ndarray) -> None:
+        """Log-probabilities of the chunk's prompt tokens: logits [len(chunk), V] of its positions; the token at
+        the chunk's first position is predicted by the previous chunk's last logits."""
+        n = row.job.top_logprobs or 0
+        if row.prev_logits is None:  # the prompt's first chunk: position 0 has no log-probability
+            pairs = zip(logits[:-1], chunk[1:])
+        else:
+            pairs = zip([row.prev_logits] + list(logits[:-1]), chunk)
+        for lg, tok in pairs:
+            raw = raw_logprobs(lg)
+            row.prompt_lp.append(float(raw[tok]))
+            order = np.argsort(-raw, kind="stable")[:n]
+            row.prompt_top.append([(int(i), float(raw[i])) for i in order])
+        row.prev_logits = logits[-1]
+
+    def _batch(self, rows: list[Row]) -> SamplingBatch:
+        tops = [r.job.top_logprobs for r in rows if r.job.top_logprobs is not None]
+        seeds = np.array([r.job.seed for r in rows], np.uint64)  # integer arrays: checked at once
+        return SamplingBatch([r.job.params for r in rows], seeds, np.array([r.sample for r in rows], np.int64),
+                             [r.prompt_ids for r in rows], [r.output_ids for r in rows], bool(tops),
+                             max(tops, default=0))
+
+    def _decode(self, out: dict) -> None:
+        rows = [r for r in self._slots if r is not None and r.feed is not None and not r.done]
+        if not rows:
+            return
+        drawn = self.model.runner.sample_rows(self.cache, [r.slot for r in rows],
+                                              np.array([r.feed for r in rows], np.int64), self._batch(rows))
+        self._take(rows, drawn, out)
+
+    def _take(self, rows: list[Row], drawn, out: dict) -> None:
+        """Each row receives its drawn token: record it, decide whether the row stops, queue its piece."""
+        now = time.monotonic()
+        m = self.metrics
+        for i, row in enumerate(rows):
+            job, tok = row.job, int(drawn.ids[i])
+            piece = Piece(row.index, "")
+            row.feed = None
+            if tok == self.eot:
+                row.finish = "stop"
+            else:
+                row.output_ids.append(tok)
+                piece.token = tok
+                if job.top_logprobs is not None:
+                    piece.logprob = float(drawn.logprobs[i])
+                    piece.top = [(int(a), float(b)) for a, b in
+                                 zip(drawn.top_ids[i][:job.top_logprobs], drawn.top_logprobs[i][:job.top_logprobs])]
+                piece.text = row.text.push(tok)
+                if row.text.stop_string is not None:
+                    row.finish = "stop"
+                elif len(row.output_ids) >= job.max_tokens:
+                    row.finish = "length"
+                else:
+                    row.feed = tok
+                if m is not None:
+                    m.token(now - job.arrived if not job.first_token_seen else None,
+                            now - row.last_token_at if row.last_token_at else None)
+                job.first_token_seen = True
+                row.last_token_at = now
+            if row.done:
+                piece.text += row.text.finish()
+                piece.finish = row.finish
+                self._free(row, row.finish)
+            out.setdefault(job, []).append(piece)

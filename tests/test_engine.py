@@ -1,0 +1,110 @@
+"""The continuous-batching engine in-process (NumPy backend, a tiny checkpoint): chunked prefill keeps the running
+rows stepping, the request timeout, a fault in a step, the bounded queue."""
+
+import threading
+import time
+
+import pytest
+
+import gpt2block
+from gpt2block.engine import Engine, EngineClosed, EngineFull, Job, Piece, RequestTimeout
+from gpt2block.sampler import SamplingParams
+
+from hf_checkpoints import make_hf_checkpoint
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = make_hf_checkpoint(tmp_path_factory.mktemp("engine") / "ckpt", 2, 64, 1, vocab_size=512,
+                              n_positions=1024, seed=5).path
+    return gpt2block.load(str(path), backend="numpy")
+
+
+class Inbox:
+    """A job's deliveries, in order, with the time each came."""
+
+    def __init__(self):
+        self.items, self.done = [], threading.Event()
+
+    def __call__(self, items):
+        self.items.append(items)
+        if isinstance(items, BaseException) or any(isinstance(p, Piece) and p.finish for p in items):
+            self.done.set()
+
+    def text(self) -> str:
+        return "".join(p.text for batch in self.items if isinstance(batch, list) for p in batch)
+
+
+def job(model, prompt_ids, inbox, max_tokens=20, seed=0, timeout=60.0, params=SamplingParams(0.9)):
+    return Job([prompt_ids], 1, params, max_tokens, seed, [], None, False, model.tokenizer, inbox, timeout)
+
+
+@pytest.fixture
+def engine(model):
+    e = Engine(lambda: model, 4, 2, 8)
+    e.start()
+    assert e.ready.wait(30)
+    yield e
+    e.drain(0)
+    assert e.finished.wait(30)
+
+
+def test_running_rows_step_between_the_chunks_of_a_long_prompt(engine, model):
+    a, b = Inbox(), Inbox()
+    engine.submit(job(model, model.encode("Short"), a, max_tokens=300))
+    while not a.items:
+        time.sleep(0.001)
+    long_ids = model.encode("A long prompt goes on and on. " * 12)
+    assert len(long_ids) > 10 * 8
+    engine.submit(job(model, long_ids, b, max_tokens=4, seed=1))
+    assert b.done.wait(30)
+    steps_before_b = len(a.items)
+    assert a.done.wait(30)
+    # while b's prompt went in, 8 tokens a step, a received a token at every step
+    assert steps_before_b >= len(long_ids) // 8
+    assert a.text() == model.generate("Short", 300, temperature=0.9, seed=0).text
+    assert b.text() == model.generate("A long prompt goes on and on. " * 12, 4, temperature=0.9, seed=1).text
+    assert engine.running() == 0 and engine.queue_depth() == 0
+
+
+def test_a_request_past_its_timeout_is_ended_and_frees_its_slot(engine, model):
+    inbox = Inbox()
+    engine.submit(job(model, model.encode("Slow"), inbox, max_tokens=1000, timeout=0.05))
+    assert inbox.done.wait(30)
+    assert isinstance(inbox.items[-1], RequestTimeout) and "timeout of 0.05 s" in str(inbox.items[-1])
+    time.sleep(0.05)
+    assert engine.running() == 0
+
+
+def test_a_fault_in_a_step_ends_its_requests_and_the_engine_goes_on(engine, model, monkeypatch):
+    inbox = Inbox()
+    real = model.runner.sample_rows
+
+    def broken(*a, **k):
+        raise RuntimeError("device fault")
+
+    monkeypatch.setattr(model.runner, "sample_rows", broken)
+    engine.submit(job(model, model.encode("Hello"), inbox))
+    assert inbox.done.wait(30) and isinstance(inbox.items[-1], RuntimeError)
+    monkeypatch.setattr(model.runner, "sample_rows", real)
+    again = Inbox()
+    engine.submit(job(model, model.encode("Hello"), again, max_tokens=5))
+    assert again.done.wait(30) and again.text() == model.generate("Hello", 5, temperature=0.9, seed=0).text
+
+
+def test_the_queue_is_bounded_and_a_drain_refuses_what_has_not_started(model):
+    e = Engine(lambda: model, 1, 1, 64)
+    e.start()
+    assert e.ready.wait(30)
+    first, second = Inbox(), Inbox()
+    e.submit(job(model, model.encode("One"), first, max_tokens=1000))
+    while e.running() == 0:
+        time.sleep(0.001)
+    e.submit(job(model, model.encode("Two"), second))
+    with pytest.raises(EngineFull, match="--max-queue"):
+        e.submit(job(model, model.encode("Three"), Inbox()))
+    e.drain(0.2)
+    assert second.done.wait(5) and isinstance(second.items[-1], EngineClosed)
+    with pytest.raises(EngineClosed):
+        e.submit(job(model, model.encode("Four"), Inbox()))
+    assert e.finished.wait(30) and first.done.is_set()  # ended at the drain deadline
