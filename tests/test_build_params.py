@@ -156,3 +156,12 @@ def test_a_missing_parameter_is_refused(tmp_path):
                         "-o", str(tmp_path / "k.cubin"), str(kernels_dir() / "sampling.cu")],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode != 0 and "ARGMAX_UNROLL is set by gpt2block/backends/cuda/build.py" in r.stderr
+
+
+def test_nvcc_flags_give_a_modules_build():
+    from gpt2block.backends.cuda.build import MODULES, nvcc_flags
+
+    assert nvcc_flags("layernorm") == " ".join(f"-D{k}={v}" for k, v in MODULES["layernorm"][0])
+    assert "-DLN_WARPS=" in nvcc_flags("layernorm") and "-DLN_MAX_VEC=13" in nvcc_flags("layernorm", 1)
+    with pytest.raises(ValueError, match="no kernels/nothing.cu module"):
+        nvcc_flags("nothing")

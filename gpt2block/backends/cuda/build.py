@@ -308,3 +308,18 @@ def _modules() -> dict:
 
 
 MODULES = _modules()
+
+
+def nvcc_flags(name: str, build: int = 0) -> str:
+    """``-D`` flags of one of a module's product builds (MODULES[name][build]), for compiling a kernel
+    by hand: ``nvcc -std=c++17 -arch=sm_90a -Ikernels -cubin $(python -m gpt2block.backends.cuda.build
+    layernorm) kernels/layernorm.cu``."""
+    if name not in MODULES:
+        raise ValueError(f"no kernels/{name}.cu module; one of {', '.join(sorted(MODULES))}")
+    return " ".join(f"-D{k}={v}" for k, v in MODULES[name][build])
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(nvcc_flags(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0))
