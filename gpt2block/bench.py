@@ -571,7 +571,8 @@ def plot(r, path):
         ax.set_yticklabels([label for label, *_ in cases])
         ax.invert_yaxis()
         ax.set_xscale("log")
-        ax.set_xlim(right=max(floors) * 4)
+        if floors:  # a decode section without our rates draws no floors
+            ax.set_xlim(right=max(floors) * 4)
         ax.set_xlabel("tokens/s (greedy decode, median)")
         ax.set_title(f"greedy decode after a {DECODE_PROMPT_LEN}-token prompt")
         ax.grid(True, axis="x", which="major", alpha=0.3)

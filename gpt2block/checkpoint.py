@@ -215,13 +215,14 @@ def resolve(model: str | Path) -> tuple[str, str | Path]:
 
 
 HUB_PROBE_TIMEOUT = 1.5  # seconds to open a TCP connection to the hub before working from the cache
-_hub_probe: list[bool] = []  # this process's answer, once asked
+_hub_probe: list[bool] = []  # [True] once the hub answered in this process (a failure is asked again)
 PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 
 def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT) -> bool:
-    """Whether a TCP connection to the hub's endpoint opens within ``timeout`` (asked once per process;
-    True behind a proxy, which only the download itself can try). huggingface_hub retries a failing
+    """Whether a TCP connection to the hub's endpoint opens within ``timeout`` (a success is remembered for
+    the process, a failure asked again at the next download, so a long-running process that started
+    offline finds the network once it comes; True behind a proxy, which only the download itself can try). huggingface_hub retries a failing
     request five times over ~24 s; this check answers in at most ``timeout``."""
     if _hub_probe:
         return _hub_probe[0]
@@ -230,7 +231,6 @@ def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT) -> bool:
     from huggingface_hub import constants
 
     if any(os.environ.get(v) for v in PROXY_VARS):
-        _hub_probe.append(True)
         return True
     url = urlsplit(constants.ENDPOINT)
     host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
@@ -246,8 +246,10 @@ def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT) -> bool:
     t = threading.Thread(target=probe, daemon=True)
     t.start()
     t.join(timeout)
-    _hub_probe.append(bool(answer and answer[0]))
-    return _hub_probe[0]
+    if answer and answer[0]:
+        _hub_probe.append(True)
+        return True
+    return False
 
 
 def _hub_download(repo_id: str, filename: str) -> Path | None:

@@ -640,6 +640,30 @@ def test_hub_without_network_fails_fast(monkeypatch, tmp_path):
     assert "HF_HUB_OFFLINE=1" in msg and "python scripts/make_random_checkpoint.py gpt2 DIR" in msg
 
 
+def test_hub_probe_remembers_a_success_only(monkeypatch):
+    import socket
+
+    calls = []
+
+    class Conn:
+        def close(self):
+            pass
+
+    def connect(*a, **k):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("Network is unreachable")
+        return Conn()
+
+    monkeypatch.setattr(socket, "create_connection", connect)
+    monkeypatch.setattr(ck, "_hub_probe", [])
+    for v in ck.PROXY_VARS:
+        monkeypatch.delenv(v, raising=False)
+    assert ck.hub_reachable() is False  # offline at first
+    assert ck.hub_reachable() is True and ck.hub_reachable() is True  # the network came: asked again, then kept
+    assert len(calls) == 2
+
+
 @pytest.mark.parametrize("bad", [None, 5, b"p.safetensors", ""])
 def test_output_argument_of_wrong_type(small, bad):
     with pytest.raises(TypeError, match="out_path must be a non-empty str or Path"):

@@ -126,6 +126,8 @@ def gemm(tile, variant: str) -> tuple:
 
 
 def _gw(wg: int, bn: int, stages: int, splitk: int, variant: str) -> tuple:
+    if GW_PLANES_N not in (32, 64, 96, 128):
+        raise ValueError(f"GW_PLANES_N must be 32, 64, 96 or 128 (the planes kernel's tile); got {GW_PLANES_N}")
     return ((("GW_WG", wg), ("GW_BN", bn), ("GW_STAGES", stages), ("GW_SPLITK", splitk),
              ("GW_PLANES_N", GW_PLANES_N)) + _variant(variant))
 
