@@ -10,15 +10,17 @@ its choices) wait in a bounded FIFO queue until a slot is free. Every step of th
 3. prefills at most ``prefill_chunk`` prompt tokens of the admitted rows (a long prompt takes several
    steps, so that the running rows keep receiving tokens between its chunks), and draws each prompt's
    first token when its last chunk is in;
-4. steps every row that has a token to feed (Runner.sample_rows: only those rows run), each row with
-   its own SamplingParams, seed and stop strings;
+4. steps every row that has a token to feed (Runner.sample_rows: on the NumPy backend only those rows
+   run; the CUDA backend's default steps the whole pool, the others fed and set back), each row with its
+   own SamplingParams, seed and stop strings;
 
 and hands each Job the step's pieces through its callback. A slot is one row of a single Cache of
 ``max_batch`` rows, made once at start-up; a freed slot's position goes back to 0.
 
 Randomness is sampler.py's contract: row r of a request draws with the request's seed, sample index
-r % n and the position of the token drawn, so its tokens equal generate()'s for the same prompt,
-parameters and seed, whatever else runs beside it. Stop strings and the text held back for them are
+r % n and the position of the token drawn, so it draws the same numbers as generate() for the same prompt,
+parameters and seed, whatever else runs beside it (and the same tokens unless the logits' last bits,
+which the batch's summation order may change, decide a draw). Stop strings and the text held back for them are
 generate.RowText's; a row stops at <|endoftext|>, at a stop string (both "stop") or after max_tokens
 ("length").
 """
@@ -226,7 +228,10 @@ class Engine:
             self.finished.set()
 
     def _fail_running(self, err: Exception) -> None:
-        jobs = dict.fromkeys(r.job for r in self._slots if r is not None)
+        """End the requests a failed step ran: those holding slots, and those it had finished (their slots
+        already free, their last pieces held back in the step's output)."""
+        jobs = dict.fromkeys([r.job for r in self._slots if r is not None] + list(getattr(self, "_out", {})))
+        self._out = {}
         for job in jobs:
             self._end_job(job, err, {})
 
@@ -248,11 +253,12 @@ class Engine:
 
     def _step(self) -> None:
         now = time.monotonic()
-        out: dict[Job, list] = {}
+        self._out = out = {}  # Job -> its pieces of this step, delivered at its end (or failed with it)
         self._end_rows(now, out)
         self._admit()
         self._prefill(out)
         self._decode(out)
+        self._out = {}
         for job, items in out.items():
             job.deliver(items)
         with self._cv:
@@ -389,8 +395,9 @@ class Engine:
                 piece.token = tok
                 if job.top_logprobs is not None:
                     piece.logprob = float(drawn.logprobs[i])
-                    piece.top = [(int(a), float(b)) for a, b in
-                                 zip(drawn.top_ids[i][:job.top_logprobs], drawn.top_logprobs[i][:job.top_logprobs])]
+                    piece.top = [] if drawn.top_ids is None else [
+                        (int(a), float(b)) for a, b in
+                        zip(drawn.top_ids[i][:job.top_logprobs], drawn.top_logprobs[i][:job.top_logprobs])]
                 piece.text = row.text.push(tok)
                 if row.text.stop_string is not None:
                     row.finish = "stop"

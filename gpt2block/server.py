@@ -424,7 +424,12 @@ async def _run(request: Request, engine: Engine, c: Checked, tokenizer, served_n
                                  headers={"Cache-Control": "no-cache"})
     try:
         while not answer.complete:
-            items = await events.get()
+            getter = asyncio.ensure_future(events.get())
+            await asyncio.wait((getter, watcher), return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():  # the client left: the job is cancelled, nobody reads an answer
+                getter.cancel()
+                return Response(status_code=499)
+            items = getter.result()
             if isinstance(items, BaseException):
                 raise _from_engine(items)
             answer.add(items)
@@ -633,10 +638,10 @@ def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key:
             if not engine.ready.is_set():
                 self.should_exit = True  # still loading: nothing to drain
                 return
-            engine.drain(limits.drain_timeout)
             threading.Thread(target=self._exit_after_drain, daemon=True).start()
 
-        def _exit_after_drain(self):
+        def _exit_after_drain(self):  # not in the signal handler: drain takes locks the loop's thread may hold
+            engine.drain(limits.drain_timeout)
             engine.finished.wait()
             time.sleep(0.2)  # the last pieces reach their responses
             self.should_exit = True

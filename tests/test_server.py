@@ -176,6 +176,24 @@ def test_a_client_that_disconnects_frees_its_slot(server):
     assert made < 900  # the row stopped long before its max_tokens
 
 
+def test_a_non_streaming_client_that_disconnects_frees_its_slot(server):
+    with pytest.raises(httpx.TimeoutException):  # the client gives up while its row runs
+        httpx.post(server.url + "/v1/completions", headers={"Authorization": f"Bearer {KEY}"},
+                   json={"model": "tiny", "prompt": "Long", "max_tokens": 1000, "temperature": 0}, timeout=0.3)
+    deadline = time.monotonic() + 5
+    while server.metric("gpt2block_running_rows") != 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.metric("gpt2block_running_rows") == 0
+
+
+def test_logprobs_0_gives_the_chosen_tokens_logprob_only(client, model):
+    a = client.completions.create(model="tiny", prompt="Hello", max_tokens=6, logprobs=0, seed=3, temperature=0.9)
+    lp = a.choices[0].logprobs
+    want = model.generate("Hello", 6, seed=3, temperature=0.9, logprobs=0)
+    assert lp.tokens == [model.tokenizer.decode([t]) for t in want.token_ids]
+    np.testing.assert_allclose(lp.token_logprobs, want.logprobs, rtol=1e-5, atol=1e-5)
+
+
 BAD = [
     ({"prompt": "x"}, 400, "model"),
     ({"model": "tiny"}, 400, "prompt"),
