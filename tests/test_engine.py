@@ -92,6 +92,25 @@ def test_a_fault_in_a_step_ends_its_requests_and_the_engine_goes_on(engine, mode
     assert again.done.wait(30) and again.text() == model.generate("Hello", 5, temperature=0.9, seed=0).text
 
 
+def test_a_fault_in_a_step_also_answers_the_requests_that_step_finished(engine, model, monkeypatch):
+    """B is admitted, prefilled and finished (max_tokens 1) in the step whose decode of A then fails: B hears
+    back (its pieces are held until the step ends, so the step's error) instead of waiting forever."""
+    a, b = Inbox(), Inbox()
+    engine.submit(job(model, model.encode("Running"), a, max_tokens=1000))
+    while not a.items:
+        time.sleep(0.001)
+
+    def broken(*args, **kw):
+        raise RuntimeError("device fault")
+
+    with engine._cv:  # the engine waits at its next step's first lock: B is queued when the step starts
+        monkeypatch.setattr(model.runner, "sample_rows", broken)
+        engine.submit(job(model, model.encode("Done at once"), b, max_tokens=1))
+    assert a.done.wait(30) and isinstance(a.items[-1], RuntimeError)
+    assert b.done.wait(30)
+    assert engine.running() == 0
+
+
 def test_the_queue_is_bounded_and_a_drain_refuses_what_has_not_started(model):
     e = Engine(lambda: model, 1, 1, 64)
     e.start()
