@@ -36,7 +36,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .generate import RowText
-from .sampler import SamplingBatch, SamplingParams, raw_logprobs
+from .sampler import SamplingBatch, SamplingParams
 
 
 @dataclass(frozen=True)
@@ -358,11 +358,15 @@ class Engine:
             pairs = zip(logits[:-1], chunk[1:])
         else:
             pairs = zip([row.prev_logits] + list(logits[:-1]), chunk)
-        for lg, tok in pairs:
-            raw = raw_logprobs(lg)
-            row.prompt_lp.append(float(raw[tok]))
-            order = np.argsort(-raw, kind="stable")[:n]
-            row.prompt_top.append([(int(i), float(raw[i])) for i in order])
+        pairs = list(pairs)
+        if pairs:
+            z = np.stack([lg for lg, _ in pairs]).astype(np.float64)  # [P, V]: log_softmax of every position at once
+            m = z.max(axis=1, keepdims=True)
+            raw = z - m - np.log(np.exp(z - m).sum(axis=1, keepdims=True))
+            toks = np.array([t for _, t in pairs])
+            row.prompt_lp.extend(raw[np.arange(len(toks)), toks].tolist())
+            for r in raw:
+                row.prompt_top.append(_top(r, n))
         row.prev_logits = logits[-1]
 
     def _batch(self, rows: list[Row]) -> SamplingBatch:
@@ -415,3 +419,14 @@ class Engine:
                 piece.finish = row.finish
                 self._free(row, row.finish)
             out.setdefault(job, []).append(piece)
+
+
+def _top(raw: np.ndarray, n: int) -> list[tuple[int, float]]:
+    """The n most likely ids of a log-probability row [V], most likely first, ties by lower id (as a stable
+    sort of -raw orders them), without sorting the whole row."""
+    if n <= 0:
+        return []
+    t = np.partition(raw, raw.size - n)[raw.size - n]  # the n-th largest value
+    ids = np.flatnonzero(raw >= t)
+    ids = ids[np.lexsort((ids, -raw[ids]))][:n]
+    return [(int(i), float(raw[i])) for i in ids]

@@ -127,3 +127,16 @@ def test_the_queue_is_bounded_and_a_drain_refuses_what_has_not_started(model):
     with pytest.raises(EngineClosed):
         e.submit(job(model, model.encode("Four"), Inbox()))
     assert e.finished.wait(30) and first.done.is_set()  # ended at the drain deadline
+
+
+def test_top_n_equals_a_stable_sort_with_ties():
+    import numpy as np
+
+    from gpt2block.engine import _top
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        v = int(rng.integers(5, 300))
+        n = min(int(rng.integers(0, 21)), v)
+        row = np.round(rng.normal(size=v), 1)  # many ties
+        assert _top(row, n) == [(int(i), float(row[i])) for i in np.argsort(-row, kind="stable")[:n]]
