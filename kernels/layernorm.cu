@@ -10,7 +10,7 @@
 // small next to the row's spread, so md^2 takes none of the variance's digits). The output is
 // d * rstd * g + (b - md * rstd * g) with the scale rstd * g kept as an unrounded pair and one last
 // rounding: one-row draws of the trained stream's shape (three columns x3000, the row shifted by
-// 2000) stay within 1.3-1.9 float32 ulps of the float64 result, where rounding x - c - md and
+// 2000) stayed within 1.63-1.85 float32 ulps of the float64 result, where rounding x - c - md and
 // (x - mean) * rstd on the way reaches 2.4-2.9 (dev/layernorm/run.py, variants 4 and 1;
 // docs/PERFORMANCE.md, version 37).
 //
