@@ -108,15 +108,32 @@ def _device_of(a) -> int | None:
     return None
 
 
-def _caller_stream(x, dev: int):
-    """The caller's current stream on device dev: torch's for a torch tensor x, else CuPy's (as an
-    object with the stream's handle as ``.ptr``)."""
+class _StreamHandle:
+    """A CUDA stream's handle as ``.ptr`` (what solve_device and CuPy's Graph.launch read)."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+
+def _torch_stream(dev: int) -> _StreamHandle:
+    """torch's current stream on device dev: torch._C._cuda_getCurrentRawStream where torch has it
+    (the raw handle, as torch's compiled kernels take it), else torch.cuda.current_stream, which
+    builds a Stream object each call."""
+    torch = sys.modules["torch"]
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return _StreamHandle(raw(dev) if raw is not None else torch.cuda.current_stream(dev).cuda_stream)
+
+
+def _solve_on_device(x, output, weights, seq_len, precision, ptrs, dev) -> None:
+    """The CUDA path on device dev (the current one), on the caller's current stream there."""
     import cupy as cp
 
-    if _is_torch(x):
-        torch = sys.modules["torch"]
-        return cp.cuda.ExternalStream(torch.cuda.current_stream(dev).cuda_stream, dev)
-    return cp.cuda.get_current_stream()
+    from .backends.cuda.solve import solve_device
+
+    stream = _torch_stream(dev) if _is_torch(x) else cp.cuda.get_current_stream()
+    solve_device(x, output, weights, seq_len, precision, ptrs=ptrs, stream=stream, dev=dev)
 
 
 def solve(x, output, weights, seq_len: int, precision: str = "fp32") -> None:
@@ -161,19 +178,19 @@ def solve(x, output, weights, seq_len: int, precision: str = "fp32") -> None:
         return
 
     devs = (_device_of(x), _device_of(output), _device_of(weights))
-    known = {v for v in devs if v is not None}
-    if len(known) > 1:
-        raise ValueError(f"x, output and weights must be on one CUDA device; got devices "
-                         f"{dict(zip(('x', 'output', 'weights'), devs))}")
+    dev = devs[0]
+    if not devs[0] == devs[1] == devs[2]:
+        known = {v for v in devs if v is not None}
+        if len(known) > 1:
+            raise ValueError(f"x, output and weights must be on one CUDA device; got devices "
+                             f"{dict(zip(('x', 'output', 'weights'), devs))}")
+        dev = known.pop() if known else None
 
     import cupy as cp
 
-    from .backends.cuda.solve import solve_device
-
     current = cp.cuda.runtime.getDevice()
-    dev = known.pop() if known else current
-    if dev == current:
-        solve_device(x, output, weights, seq_len, precision, ptrs=(x0, o0, w0), stream=_caller_stream(x, dev))
+    if dev is None or dev == current:
+        _solve_on_device(x, output, weights, seq_len, precision, (x0, o0, w0), current)
         return
     with cp.cuda.Device(dev):
-        solve_device(x, output, weights, seq_len, precision, ptrs=(x0, o0, w0), stream=_caller_stream(x, dev))
+        _solve_on_device(x, output, weights, seq_len, precision, (x0, o0, w0), dev)

@@ -206,17 +206,18 @@ def _queue_block(st: _SolveState, w: dict, xa, out, ws: BlockWorkspace, seq_len:
 
 
 def solve_device(x, output, weights, seq_len: int, precision: str = "fp32", d: int = 768,
-                 ptrs: tuple | None = None, stream=None) -> None:
+                 ptrs: tuple | None = None, stream=None, dev: int | None = None) -> None:
     """The device path of gpt2block.solve (arguments already checked there), on the current device:
     x, output [seq_len, d]. ``stream``: the caller's stream (anything with the handle as ``.ptr``;
     default CuPy's current stream): the call's work is ordered after the work queued on it so far and
     before the work queued on it next. ``ptrs``: the device addresses of x, output and weights, where the
-    caller has them: a repeated call then replays its graph without touching the arrays."""
+    caller has them: a repeated call then replays its graph without touching the arrays. ``dev``: the
+    current device, where the caller knows it."""
     variants = SOLVE_VARIANTS.get(precision)
     if variants is None:
         raise ValueError(f"solve() runs precision fp32 or tf32 (bf16 is a decode weight mode); got {precision!r}")
     caller = cp.cuda.get_current_stream() if stream is None else stream
-    pool = _pool(_rt.getDevice())
+    pool = _pool(_rt.getDevice() if dev is None else dev)
     st = pool.take()
     try:
         if ptrs is not None and st.replay((*ptrs, seq_len, precision, d), caller):
