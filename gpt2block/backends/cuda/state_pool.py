@@ -28,7 +28,9 @@ class StatePool(Generic[S]):
             raise ValueError(f"limit must be a positive int; got {limit!r}")
         self.limit = limit
         self._make = make
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)  # for callers waiting past the limit
+        self._waiting = 0  # callers waiting in take()
         self._free: list = []  # states no caller holds, most recently given back last
         self._count = 0  # states made (or being made) and not lost to a failed make()
         self._all: list = []  # every state made (strong references: at most ``limit``)
@@ -45,7 +47,7 @@ class StatePool(Generic[S]):
         """A state for the calling thread alone until give(): the one it took last if free, else another
         free one, else a new one (fewer than ``limit`` held), else the first one given back."""
         ref = getattr(self._local, "last", None)
-        with self._cond:
+        with self._lock:
             free = self._free
             if free:
                 last = ref() if ref is not None else None
@@ -57,42 +59,53 @@ class StatePool(Generic[S]):
                 st = free.pop()
                 self._local.last = weakref.ref(st)
                 return st
-            while not self._free and self._count >= self.limit:
-                self._cond.wait()
-            if self._free:
-                st = self._free.pop()
-                self._local.last = weakref.ref(st)
-                return st
+            if self._count >= self.limit:
+                self._waiting += 1
+                try:
+                    while not free and self._count >= self.limit:
+                        self._cond.wait()
+                finally:
+                    self._waiting -= 1
+                if free:
+                    st = free.pop()
+                    self._local.last = weakref.ref(st)
+                    return st
             self._count += 1  # made outside the lock (a state may make CUDA streams)
         try:
             st = self._make()
         except BaseException:
-            with self._cond:
+            with self._lock:
                 self._count -= 1
-                self._cond.notify()
+                if self._waiting:
+                    self._cond.notify()
             raise
-        with self._cond:
+        with self._lock:
             self._all.append(st)
         self._local.last = weakref.ref(st)
         return st
 
     def give(self, st: S) -> None:
         """Back to the pool (reset first if clear() came while it was taken)."""
-        with self._cond:
-            reset = self._reset if id(st) in self._stale else None
-            self._stale.discard(id(st))
-        try:
-            if reset is not None:
-                reset(st)
-        finally:
-            with self._cond:
+        with self._lock:
+            if id(st) not in self._stale:  # the common case
                 self._free.append(st)
-                self._cond.notify()
+                if self._waiting:
+                    self._cond.notify()
+                return
+            self._stale.discard(id(st))
+            reset = self._reset
+        try:
+            reset(st)
+        finally:
+            with self._lock:
+                self._free.append(st)
+                if self._waiting:
+                    self._cond.notify()
 
     def clear(self, reset: Callable[[S], None]) -> None:
         """reset(st) for every state: the free ones now (in this thread), the taken ones as they are given
         back. The states themselves stay (at most ``limit``)."""
-        with self._cond:
+        with self._lock:
             free = list(self._free)
             self._free.clear()
             self._reset = reset
@@ -102,6 +115,6 @@ class StatePool(Generic[S]):
             for st in free:
                 reset(st)
         finally:
-            with self._cond:
+            with self._lock:
                 self._free.extend(free)
                 self._cond.notify_all()
