@@ -34,7 +34,7 @@ def favour(base: dict, label: str) -> None:
     L.WG_TILES.clear()
     L.WG_TILES.update({v: tuple(dataclasses.replace(t, speed=5.0 if t.label == label else 0.01)
                                 if t.splitk > 1 else t for t in ts) for v, ts in base.items()})
-    cuda._solve_graphs.clear()
+    cuda.clear_solve_cache()
 
 
 def main() -> int:
@@ -68,7 +68,7 @@ def main() -> int:
         L.WG_TILES.clear()
         L.WG_TILES.update(base)
         L.WG_SPLIT_MIN_K = min_k
-        cuda._solve_graphs.clear()
+        cuda.clear_solve_cache()
     return 0
 
 

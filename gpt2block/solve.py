@@ -3,8 +3,9 @@
 x and output: float32 [seq_len, 768] (or flat [seq_len * 768]); weights: one block in the
 flat layout (layout.py), 7,087,872 float32. No causal mask. ``output`` is written in place.
 Device arrays (CuPy, or anything with __cuda_array_interface__, such as torch CUDA
-tensors) run our CUDA kernels; NumPy arrays run the NumPy reference. Every argument
-is checked before anything is written.
+tensors) run our CUDA kernels on their device, on the caller's current stream; NumPy arrays
+run the NumPy reference. Every argument is checked before anything is written. Calls from
+several threads at once are safe (backends/cuda/solve.py says how).
 """
 
 from __future__ import annotations
@@ -97,8 +98,52 @@ def _check_shape(name, shape, seq_len, d):
         raise ValueError(f"{name} must have shape ({seq_len}, {d}) (or ({seq_len * d},)); got {shape}")
 
 
+def _device_of(a) -> int | None:
+    """The CUDA device of a torch tensor or CuPy array; None for other CUDA arrays (their pointer
+    alone does not say without a driver call: they run on CuPy's current device)."""
+    if _is_torch(a):
+        return a.get_device()
+    if _is_cupy(a):
+        return a.device.id
+    return None
+
+
+class _StreamHandle:
+    """A CUDA stream's handle as ``.ptr`` (what solve_device and CuPy's Graph.launch read)."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+
+def _torch_stream(dev: int) -> _StreamHandle:
+    """torch's current stream on device dev: torch._C._cuda_getCurrentRawStream where torch has it
+    (the raw handle, as torch's compiled kernels take it), else torch.cuda.current_stream, which
+    builds a Stream object each call."""
+    torch = sys.modules["torch"]
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return _StreamHandle(raw(dev) if raw is not None else torch.cuda.current_stream(dev).cuda_stream)
+
+
+def _solve_on_device(x, output, weights, seq_len, precision, ptrs, dev) -> None:
+    """The CUDA path on device dev (the current one), on the caller's current stream there."""
+    import cupy as cp
+
+    from .backends.cuda.solve import solve_device
+
+    stream = _torch_stream(dev) if _is_torch(x) else cp.cuda.get_current_stream()
+    solve_device(x, output, weights, seq_len, precision, ptrs=ptrs, stream=stream, dev=dev)
+
+
 def solve(x, output, weights, seq_len: int, precision: str = "fp32") -> None:
-    """Run one non-causal GPT-2 block (D = 768) on x, writing the result into output."""
+    """Run one non-causal GPT-2 block (D = 768) on x, writing the result into output.
+
+    Device arrays: the block runs on their device, on the caller's current stream there (torch's
+    current stream when x is a torch tensor, else CuPy's): its work comes after the work queued on that
+    stream before the call and before the work queued on it after, as if it were one more kernel there;
+    solve() does not wait for it (read output on the same stream, or synchronize). Several threads may
+    call at once (their own buffers, or the same weights): each call gives the bits it gives alone."""
     if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)):
         raise TypeError(f"seq_len must be an int; got {type(seq_len).__name__}")
     seq_len = int(seq_len)
@@ -132,6 +177,20 @@ def solve(x, output, weights, seq_len: int, precision: str = "fp32") -> None:
         output.reshape(seq_len, D_SOLVE)[...] = out
         return
 
-    from .backends.cuda.solve import solve_device
+    devs = (_device_of(x), _device_of(output), _device_of(weights))
+    dev = devs[0]
+    if not devs[0] == devs[1] == devs[2]:
+        known = {v for v in devs if v is not None}
+        if len(known) > 1:
+            raise ValueError(f"x, output and weights must be on one CUDA device; got devices "
+                             f"{dict(zip(('x', 'output', 'weights'), devs))}")
+        dev = known.pop() if known else None
 
-    solve_device(x, output, weights, seq_len, precision, ptrs=(x0, o0, w0))
+    import cupy as cp
+
+    current = cp.cuda.runtime.getDevice()
+    if dev is None or dev == current:
+        _solve_on_device(x, output, weights, seq_len, precision, (x0, o0, w0), current)
+        return
+    with cp.cuda.Device(dev):
+        _solve_on_device(x, output, weights, seq_len, precision, (x0, o0, w0), dev)

@@ -96,13 +96,11 @@ def test_solve_repeats_bit_for_bit_eager_captured_replayed(torch_cuda, cp, preci
 
 
 @pytest.mark.parametrize("precision", ["fp32", "tf32"])
-def test_solve_planes_schedules_give_the_same_bits(torch_cuda, cp, precision, monkeypatch):
-    """Where the weight planes are made (cuda.solve.SOLVE_PLANES_SCHEDULE) moves only independent work:
-    every schedule, eager and replayed, gives the default's bits, and a replay after the weights
-    change in place gives the new weights' bits (its planes are remade). (A GEMM that did not wait
+def test_solve_replay_after_the_weights_change_gives_their_bits(torch_cuda, cp, precision):
+    """The weight planes are remade inside the graph from the call's weights: eager, captured and
+    replayed calls give the first weights' bits, and a replay after the weights change in place gives
+    the new weights' bits (those of a call on a fresh buffer holding them). (A GEMM that did not wait
     for its planes would mostly still pass: the planes are usually done in time.)"""
-    from gpt2block.backends.cuda import solve as cuda_solve
-
     torch = torch_cuda
     s, x, w = _case(torch, 1024, True, seed=12)
     w2 = w.clone()
@@ -115,22 +113,14 @@ def test_solve_planes_schedules_give_the_same_bits(torch_cuda, cp, precision, mo
         torch.cuda.synchronize()
         want[key] = out.clone()
     assert torch.isfinite(want["a"]).all() and not torch.equal(want["a"], want["b"])
-    try:
-        for sched in cuda_solve.SOLVE_PLANES_SCHEDULES:
-            monkeypatch.setattr(cuda_solve, "SOLVE_PLANES_SCHEDULE", sched)
-            buf = w.clone()
-            for i in range(3):  # eager, captured, replayed; the weights change in place before the last
-                if i == 2:
-                    buf.copy_(w2)
-                out.fill_(float("nan"))
-                gpt2block.solve(x, out, buf, s, precision=precision)
-                torch.cuda.synchronize()
-                assert torch.equal(out, want["b" if i == 2 else "a"]), (sched, i)
-        monkeypatch.setattr(cuda_solve, "SOLVE_PLANES_SCHEDULE", "ln_first")
-        with pytest.raises(ValueError, match="SOLVE_PLANES_SCHEDULE"):
-            gpt2block.solve(x, out, w, s, precision=precision)
-    finally:
-        cuda_solve._solve_graphs.clear()
+    buf = w.clone()
+    for i in range(4):  # eager, captured, replayed; the weights change in place before the last
+        if i == 3:
+            buf.copy_(w2)
+        out.fill_(float("nan"))
+        gpt2block.solve(x, out, buf, s, precision=precision)
+        torch.cuda.synchronize()
+        assert torch.equal(out, want["b" if i == 3 else "a"]), i
 
 
 def test_solve_rejects_bad_device_arguments(torch_cuda, cp):
@@ -161,8 +151,8 @@ def test_solve_rejects_bad_device_arguments(torch_cuda, cp):
 
 @pytest.mark.parametrize("precision", ["fp32", "tf32"])
 @pytest.mark.parametrize("seq_len", [2, 100])
-def test_solve_repeated_calls_see_new_contents(torch_cuda, precision, seq_len):
-    """The same buffers four times (eager, captured, replayed twice: backends/cuda/solve._SolveGraphs),
+def test_solve_repeated_calls_see_new_contents(torch_cuda, cp, precision, seq_len):
+    """The same buffers four times (eager, captured, replayed twice: backends/cuda/solve._SolveState),
     x and the weights refilled in place before each call, output poisoned: every call's result is
     that call's block, and a longer call in between (a regrown workspace) changes nothing."""
     torch = torch_cuda
@@ -178,11 +168,12 @@ def test_solve_repeated_calls_see_new_contents(torch_cuda, precision, seq_len):
         if call == 1:  # a longer call in between regrows the solve workspace (longer than any so far)
             from gpt2block.backends.cuda import solve as cuda_backend
 
-            rows = max([ws.rows for ws in cuda_backend._solve_ws.values()] + [seq_len]) + 64
-            before = cuda_backend.solve_workspace(1, 768)
+            states = cuda_backend._pool(cp.cuda.runtime.getDevice())._all
+            rows = max([st.ws[768].rows for st in states if 768 in st.ws] + [seq_len]) + 64
+            before = {id(st): st.ws.get(768) for st in states}
             x2 = torch.rand(rows, 768, device="cuda")
             gpt2block.solve(x2, torch.empty_like(x2), w, rows, precision=precision)
-            assert cuda_backend.solve_workspace(1, 768) is not before
+            assert any(st.ws.get(768) is not before.get(id(st)) for st in states), "no workspace regrown"
         torch.cuda.synchronize()
         ref32, ours, peer = _errors(torch, x, w, out)
         assert torch.isfinite(out).all(), f"call {call}: output has unwritten (NaN) elements"

@@ -8,13 +8,14 @@
     ops.py           layernorm, embedding, KV-cache store, argmax
     sampler.py       the device sampler (kernels/sampler.cu): DeviceSampler's upload, launch and results
     sampler_params.py  its parameter words and history rows (plain NumPy)
-    solve.py         solve()'s graphs and workspaces
+    solve.py         solve()'s graphs, workspaces and weight planes, in states taken per call
+    state_pool.py    StatePool: at most N states, each held by one caller at a time (threads)
     modules.py       building (NVRTC), caching and launching modules
     driver.py        ctypes driver calls: programmatic launch, cluster occupancy
     build.py         every kernel build parameter (-D NAME=VALUE): the one owner
 
 CudaRunner is imported on first use, so that the modules without CuPy (build, decode_paths, driver,
-sampler_params) import on a machine without it (the CPU tests).
+sampler_params, state_pool) import on a machine without it (the CPU tests).
 """
 
 from __future__ import annotations
