@@ -54,7 +54,7 @@ from ...config import GPT2Config
 from ...layout import block_layout
 from ...sampler import SampleOutput, SamplingBatch
 from ...weights import ModelWeights
-from ..base import BatchTooLarge, Cache, Runner, check_ids
+from ..base import BatchTooLarge, Cache, Runner, check_ids, check_step_rows
 from . import attention, decode_paths, linear, lm_head, modules, ops
 from . import sampler as device_sampler
 
@@ -129,6 +129,28 @@ class CudaCache(Cache):
         self.ring_events = None  # events after each step: [0], [1] for the ring's slots, [2] for argmax_host
         self.sampler = None  # device_sampler.DeviceSampler of the batch, made at the first sample_prefill / step
         self.prefill_logits = None  # [B, V] device logits of sample_prefill's rows
+        self.rows_steps = {}  # n -> _RowsStep: sample_rows' decode steps of n rows (CudaRunner._decode_rows)
+        self.rows_logits = None  # [B, V] device logits, rows 0 .. n - 1 those of a sample_rows step of n rows
+
+
+class _RowsStep:
+    """A decode step of n rows of a CudaCache, in any order (sample_rows): the step's own ints (ids, seq = the
+    rows' cache rows, pos, lengths) and pinned buffers, its graph and DeviceSampler; the cache's KV and the
+    first n rows of its rows_logits. Quacks as the cache in _decode_step / _decode_kernels, whose seq says
+    each row's cache row (the K / V store and attention_decode's slots)."""
+
+    def __init__(self, cache: CudaCache, n: int, vocab: int):
+        self.batch = n
+        self.kv, self.batch_stride = cache.kv, cache.batch_stride
+        if cache.rows_logits is None:
+            cache.rows_logits = cp.empty((cache.batch, vocab), cp.float32)
+        self.logits = cache.rows_logits[:n]  # [n, V], contiguous
+        self.step = cp.empty((4, n), cp.int32)
+        self.step_host = _pinned((4, n), np.int32)
+        self.argmax_host = _pinned((n,), np.int32)
+        self.graph = None
+        self.warm = False
+        self.sampler = None  # DeviceSampler of n rows, or False where the vocabulary is too wide for it
 
 
 class CudaRunner(Runner):
@@ -323,7 +345,8 @@ class CudaRunner(Runner):
             # max_len = n_ctx: the bound on every step's lengths (the launch does not depend on it)
             attend = lambda qkv, out: attention.attention_decode(  # noqa: E731
                 qkv, k_cache, v_cache, d_len, out, n_head=c.n_head, q_stride=3 * c.n_embd,
-                cache_batch_stride=cache.batch_stride, max_len=c.n_positions)
+                cache_batch_stride=cache.batch_stride, max_len=c.n_positions, slots=d_seq,
+                cache_rows=cache.kv.shape[0])
             if path.blocks == "gemv":
                 kv = (d_seq, d_pos, k_cache, v_cache, cache.batch_stride)
                 self._decode_block_gemv(w, self.dec_mats[layer], b, attend, kv)
@@ -549,6 +572,56 @@ class CudaRunner(Runner):
         with self.stream:
             ds.launch(logits, batch, cache.pos.copy(), self.stream)
         return ds.result(self.stream)
+
+    def sample_rows(self, cache: Cache, rows: Sequence[int], tokens: np.ndarray, batch: SamplingBatch) -> SampleOutput:
+        """sample_step on rows ``rows`` of the cache only, in that order: one decode step of len(rows) rows
+        (_decode_rows: a graph per number of rows; each row's K / V and attention at its own cache row), then
+        the draw on the device; the other rows are not touched. All the rows in order: sample_step."""
+        rows, tokens = check_step_rows(cache, rows, tokens, self.config.vocab_size)
+        if batch.batch != len(rows):
+            raise ValueError(f"sample_rows got {batch.batch} sampling rows for {len(rows)} cache rows")
+        if rows == list(range(cache.batch)):
+            return self.sample_step(cache, tokens, batch)
+        st = cache.rows_steps.get(len(rows))
+        if st is None:
+            st = cache.rows_steps[len(rows)] = _RowsStep(cache, len(rows), self.config.vocab_size)
+        if st.sampler is None:
+            try:
+                st.sampler = device_sampler.DeviceSampler(len(rows), self.config.vocab_size)
+            except device_sampler.SamplerTooWide:
+                st.sampler = False
+        if st.sampler is False:
+            return super().sample_rows(cache, rows, tokens, batch)
+        rows = np.asarray(rows, np.int64)
+        self._decode_rows(cache, st, rows, tokens)
+        with self.stream:
+            st.sampler.launch(st.logits, batch, cache.pos[rows], self.stream)
+        return st.sampler.result(self.stream)
+
+    def _decode_rows(self, cache: "CudaCache", st: _RowsStep, rows: np.ndarray, tokens: np.ndarray) -> None:
+        """Append tokens[i] to cache row rows[i] (ids already checked): one decode step of len(rows) rows, its
+        logits in st.logits. As _decode_device: the first step of a size eager, the second captured, later
+        ones replay it."""
+        for r in rows:
+            cache.check_room(int(r), 1)
+        pos = cache.pos[rows]
+        self.stream.synchronize()  # the previous step's copies have used the pinned buffers
+        st.step_host[:] = [tokens, rows, pos, pos + 1]  # ids, seq (cache rows), pos, lengths
+        with self.stream:
+            self._path(st.batch)  # the path's kernel state, made before any capture
+            if st.graph is not None:
+                st.graph.launch(self.stream)
+            elif self.use_graphs and st.warm:
+                self.stream.begin_capture()
+                try:
+                    self._decode_step(st)
+                finally:
+                    st.graph = self.stream.end_capture()
+                st.graph.launch(self.stream)
+            else:
+                self._decode_step(st)
+                st.warm = True
+        cache.pos[rows] += 1
 
     def decode(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
         logits = self._decode_device(cache, tokens)
