@@ -197,6 +197,14 @@ class Engine:
             self._gauges()
             self._cv.notify()
 
+    def end_now(self) -> None:
+        """Drain with no time left: the running requests are ended at the next step (ShuttingDown), then the
+        loop ends."""
+        self.drain(0.0)
+        with self._cv:
+            self._end_at = time.monotonic()
+            self._cv.notify()
+
     # ---- the engine thread
 
     def _main(self) -> None:

@@ -16,6 +16,9 @@ Sampling defaults are gpt2block's (sampler.SamplingParams: temperature 1, top_k 
 defaults to OpenAI's 16. A request's tokens with a fixed seed equal gpt2block.Model.generate's for the same
 prompt, parameters and seed. SIGTERM (or SIGINT) drains: new requests get 503, queued ones that have not
 started are refused, running ones finish or are ended after drain_timeout seconds, then the process exits 0.
+A second SIGTERM / SIGINT during the drain ends the running requests at once (each gets the shutting-down error)
+and the process exits with status INTERRUPTED_STATUS (1) within about a second, without waiting for the
+drain's deadline.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 MAX_STOP = 4  # stop strings per request (OpenAI's limit)
 MAX_STOP_CHARS = 256  # characters per stop string
 SWITCH_INTERVAL_S = 2e-4  # the server process's GIL switch interval
+INTERRUPTED_STATUS = 1  # the exit status after a second signal cut the drain short
+ENDING_GRACE_S = 0.5  # after a second signal: how long the ended requests' last events get to leave
 
 
 class ApiError(Exception):
@@ -619,7 +624,8 @@ class _Answer:
 def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key: Optional[str] = None,
           log=print, log_level: str = "info") -> int:
     """Run the server until SIGTERM / SIGINT has drained it; ``load()`` -> a Model, run on the engine thread.
-    Returns the exit status: 0 after a drain, 1 when the model could not be loaded."""
+    Returns the exit status: 0 after a drain, 1 when the model could not be loaded, INTERRUPTED_STATUS when a
+    second signal cut the drain short."""
     import sys
 
     import uvicorn
@@ -631,14 +637,26 @@ def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key:
     engine = Engine(load, limits.max_batch, limits.max_queue, limits.prefill_chunk, metrics, log)
     app = create_app(engine, served_name, limits, api_key, metrics)
 
+    interrupted = threading.Event()  # a second signal cut the drain short
+
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame):
-            if engine.draining:
-                return super().handle_exit(sig, frame)  # a second signal: stop now
+            if engine.draining:  # a second signal: end the running requests and stop now
+                if not interrupted.is_set():
+                    interrupted.set()
+                    threading.Thread(target=self._exit_now, daemon=True).start()
+                return
             if not engine.ready.is_set():
                 self.should_exit = True  # still loading: nothing to drain
                 return
             threading.Thread(target=self._exit_after_drain, daemon=True).start()
+
+        def _exit_now(self):  # off the signal handler's thread, as _exit_after_drain
+            engine.end_now()
+            engine.finished.wait(ENDING_GRACE_S)  # the engine ends them at its next step
+            time.sleep(0.1)  # their error events reach their responses
+            self.should_exit = True
+            self.force_exit = True  # uvicorn waits for no connection or task
 
         def _exit_after_drain(self):  # not in the signal handler: drain takes locks the loop's thread may hold
             engine.drain(limits.drain_timeout)
@@ -656,6 +674,9 @@ def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key:
     if engine.error is not None:
         log(f"Error: {engine.error}")
         return 1
+    if interrupted.is_set():
+        log("a second signal ended the drain early: the running requests were ended")
+        return INTERRUPTED_STATUS
     return 0
 
 
