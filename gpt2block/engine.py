@@ -9,10 +9,10 @@ its choices) wait in a bounded FIFO queue until a slot is free. Every step of th
 2. gives free slots to waiting rows, in arrival order;
 3. prefills at most ``prefill_chunk`` prompt tokens of the admitted rows (a long prompt takes several
    steps, so that the running rows keep receiving tokens between its chunks), and draws each prompt's
-   first token when its last chunk is in;
-4. steps every row that has a token to feed (Runner.sample_rows: on the NumPy backend only those rows
-   run; the CUDA backend's default steps the whole pool, the others fed and set back), each row with its
-   own SamplingParams, seed and stop strings;
+   first token when its last chunk is in (Runner.sample_logits: on the device on CUDA);
+4. steps every row that has a token to feed (Runner.sample_rows: only those rows run, on the CUDA backend
+   as one decode step of those rows with a graph per number of rows, drawn on the device), each row with
+   its own SamplingParams, seed and stop strings;
 
 and hands each Job the step's pieces through its callback. A slot is one row of a single Cache of
 ``max_batch`` rows, made once at start-up; a freed slot's position goes back to 0.
@@ -247,12 +247,20 @@ class Engine:
         return any(s is not None for s in self._slots)
 
     def _warm(self) -> None:
-        """One prefill and two steps of one slot (a GPU backend compiles and captures here), then reset."""
+        """A prefill, then two steps of every number of rows the running batch can have (a GPU backend compiles
+        its kernels and captures a decode graph per number of rows here, not while requests wait; the NumPy
+        backend: one row), then reset."""
         runner = self.model.runner
-        b = SamplingBatch([SamplingParams(temperature=0.0)], [0], [0], [[0]])
-        runner.prefill_batch(self.cache, [0], [[0, 0]])
-        for _ in range(2):
-            runner.sample_rows(self.cache, [0], np.zeros(1, np.int64), b)
+        sizes = (1,) if runner.backend == "numpy" else range(1, self.max_batch + 1)
+        rows = list(range(max(sizes)))
+        runner.prefill_batch(self.cache, rows, [[0, 0]] * len(rows))
+        for n in sizes:
+            b = SamplingBatch([SamplingParams(temperature=0.0)] * n, [0] * n, [0] * n, [[0]] * n)
+            self.cache.pos[:n] = 2
+            for _ in range(2):
+                runner.sample_rows(self.cache, rows[:n], np.zeros(n, np.int64), b)
+        runner.sample_logits(np.zeros((1, self.model.config.vocab_size), np.float32),
+                             SamplingBatch([SamplingParams(temperature=0.0)], [0], [0], [[0]]), [2])
         self.cache.reset()
 
     def _gauges(self) -> None:
@@ -355,7 +363,8 @@ class Engine:
             self._prefilling.remove(row)
             if row.prompt_lp is not None:
                 out.setdefault(row.job, []).append(PromptLogprobs(row.index, row.prompt_lp, row.prompt_top))
-        drawn = self._batch(rows).draw(np.stack([lg for _, lg in complete]), self.cache.pos[[r.slot for r in rows]])
+        drawn = runner.sample_logits(np.stack([lg for _, lg in complete]), self._batch(rows),
+                                     self.cache.pos[[r.slot for r in rows]])
         self._take(rows, drawn, out)
 
     def _prompt_logprobs(self, row: Row, chunk: list[int], logits: np.ndarray) -> None:

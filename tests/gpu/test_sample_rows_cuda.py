@@ -112,3 +112,23 @@ def test_sample_rows_refuses_bad_rows_and_a_full_row(runner, prompts):
     pos = cache.pos.copy()
     out = runner.sample_rows(cache, [2], [4], _batch([2], prompts, {2: []}))  # another row full: no matter
     assert out.ids.shape == (1,) and cache.pos[2] == pos[2] + 1 and cache.pos[1] == cache.n_ctx
+
+
+def test_sample_logits_draws_host_logits_on_the_device_as_the_numpy_sampler(runner):
+    """The server's first token: host logits up to the device, drawn there; the NumPy sampler's ids (a draw on a
+    boundary of the kept set may differ: at most one of 16) and log-probabilities."""
+    rng = np.random.default_rng(11)
+    B, V = 16, 50257
+    logits = (rng.standard_normal((B, V)) * 3).astype(np.float32)
+    rows = list(range(B))
+    prompts = [[1, 2, 3]] * B
+    batch = _batch(rows, prompts, {r: [5, 6] for r in rows})
+    positions = np.arange(B) + 40
+    got = runner.sample_logits(logits, batch, positions)
+    want = batch.draw(logits, positions)
+    same = got.ids == want.ids
+    assert same.sum() >= B - 1, (got.ids, want.ids)
+    np.testing.assert_allclose(got.logprobs[same], want.logprobs[same], rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(got.top_ids, want.top_ids)
+    with pytest.raises(ValueError, match="sample_logits needs logits"):
+        runner.sample_logits(logits[:3], batch, positions)

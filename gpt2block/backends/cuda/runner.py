@@ -203,6 +203,8 @@ class CudaRunner(Runner):
         self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
         self._fwd = None  # forward_device's graphs (_ForwardGraphs), made at its first call
         self._screen = None  # lm_head.ScreenTable of wte_dec, made at the first screened step
+        self._draws = None  # sample_logits: {B: DeviceSampler, or False where too wide}
+        self._draw_logits = None  # sample_logits' device logits [>= B, V]
 
     def memory_limit(self) -> Optional[int]:
         """Bytes a run state may take: the GPU's free memory now, less a quarter for the step's
@@ -597,6 +599,31 @@ class CudaRunner(Runner):
         with self.stream:
             st.sampler.launch(st.logits, batch, cache.pos[rows], self.stream)
         return st.sampler.result(self.stream)
+
+    def sample_logits(self, logits: np.ndarray, batch: SamplingBatch, positions) -> SampleOutput:
+        """Host logits [B, V] up to the device and drawn there (kernels/sampler.cu; a DeviceSampler per B, kept),
+        only ids and log-probabilities back; the NumPy sampler where a row does not fit the kernel."""
+        logits = np.ascontiguousarray(logits, np.float32)
+        n, V = batch.batch, self.config.vocab_size
+        if logits.shape != (n, V):
+            raise ValueError(f"sample_logits needs logits [{n}, {V}] for {n} sampling rows; got {logits.shape}")
+        if self._draws is None:
+            self._draws = {}
+        ds = self._draws.get(n)
+        if ds is None:
+            try:
+                ds = self._draws[n] = device_sampler.DeviceSampler(n, V)
+            except device_sampler.SamplerTooWide:
+                ds = self._draws[n] = False
+        if ds is False:
+            return super().sample_logits(logits, batch, positions)
+        if self._draw_logits is None or self._draw_logits.shape[0] < n:
+            self._draw_logits = cp.empty((max(n, 8), V), cp.float32)
+        with self.stream:
+            dev = self._draw_logits[:n]
+            dev.set(logits, stream=self.stream)
+            ds.launch(dev, batch, np.asarray(positions, np.int64), self.stream)
+        return ds.result(self.stream)
 
     def _decode_rows(self, cache: "CudaCache", st: _RowsStep, rows: np.ndarray, tokens: np.ndarray) -> None:
         """Append tokens[i] to cache row rows[i] (ids already checked): one decode step of len(rows) rows, its
