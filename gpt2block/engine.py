@@ -405,6 +405,7 @@ class Engine:
         """Each row receives its drawn token: record it, decide whether the row stops, queue its piece."""
         now = time.monotonic()
         m = self.metrics
+        made, ttfts, itls = 0, [], []
         for i, row in enumerate(rows):
             job, tok = row.job, int(drawn.ids[i])
             piece = Piece(row.index, "")
@@ -426,9 +427,11 @@ class Engine:
                     row.finish = "length"
                 else:
                     row.feed = tok
-                if m is not None:
-                    m.token(now - job.arrived if not job.first_token_seen else None,
-                            now - row.last_token_at if row.last_token_at else None)
+                made += 1
+                if not job.first_token_seen:
+                    ttfts.append(now - job.arrived)
+                if row.last_token_at:
+                    itls.append(now - row.last_token_at)
                 job.first_token_seen = True
                 row.last_token_at = now
             if row.done:
@@ -436,6 +439,8 @@ class Engine:
                 piece.finish = row.finish
                 self._free(row, row.finish)
             out.setdefault(job, []).append(piece)
+        if m is not None and made:
+            m.tokens(made, ttfts, itls)
 
 
 def _top(raw: np.ndarray, n: int) -> list[tuple[int, float]]:

@@ -5,7 +5,7 @@ the offline Python API.
     python scripts/bench_serve.py --model /tmp/tiny --backend numpy --quick    # a CPU check: small and short
 
 For each concurrency C, C clients send requests back to back until the level's requests are done (default
-max(32, 2 C)); each request is a text prompt of 32-512 tokens and 32-256 new tokens (drawn from --seed;
+max(32, 2 C)), shared among --client-procs processes (one Python process parses only some 10^4 chunks a second); each request is a text prompt of 32-512 tokens and 32-256 new tokens (drawn from --seed;
 --quick: 8-32 and 4-16), temperature 0.8, top-p 0.95, one seed. Reported per level: aggregate generated
 tokens/s (completion tokens over the level's wall time), time to first token p50 / p99, inter-token latency
 p50 / p99 (gaps between a stream's successive chunks; a stream that falls behind the engine gets several tokens
@@ -97,9 +97,47 @@ async def one(client: httpx.AsyncClient, url: str, model: str, i: int, req: dict
         stats["errors"].append(f"{type(e).__name__}: {e}")
 
 
-async def level(url: str, model: str, reqs: list[dict], concurrency: int, timeout: float) -> dict:
+def level(url: str, model: str, reqs: list[dict], concurrency: int, timeout: float, procs: int) -> dict:
+    """One concurrency level from ``procs`` client processes (one Python process parses some 10^4 chunks/s: a
+    single one would measure itself at 64 streams), each with its share of the streams and of the requests."""
+    procs = max(1, min(procs, concurrency))
+    if procs == 1:
+        stats = asyncio.run(_fleet(url, model, list(enumerate(reqs)), concurrency, timeout))
+    else:
+        import multiprocessing as mp
+
+        shares = [(url, model, [(i, r) for i, r in enumerate(reqs) if i % procs == k],
+                   concurrency // procs + (k < concurrency % procs), timeout) for k in range(procs)]
+        with mp.get_context("spawn").Pool(procs) as pool:
+            parts = pool.map(_fleet_in_process, shares)
+        stats = {"ttft": [], "itl": [], "tokens": 0, "chunks": 0, "errors": [], "rejected": 0, "texts": {},
+                 "wall": max(p["wall"] for p in parts), "pending": any(p["pending"] for p in parts)}
+        for p in parts:
+            for k in ("ttft", "itl", "errors"):
+                stats[k] += p[k]
+            for k in ("tokens", "chunks", "rejected"):
+                stats[k] += p[k]
+            stats["texts"].update(p["texts"])
+    wall = stats["wall"]
+    if stats["pending"]:
+        stats["errors"].append(f"the level ran past --level-timeout {timeout:g} s")
+    return {"concurrency": concurrency, "requests": len(reqs), "client_procs": procs, "wall_s": wall,
+            "tokens": stats["tokens"],
+            "tok_s": stats["tokens"] / wall, "ttft_p50_ms": percentile(stats["ttft"], 50),
+            "ttft_p99_ms": percentile(stats["ttft"], 99), "itl_p50_ms": percentile(stats["itl"], 50),
+            "itl_p99_ms": percentile(stats["itl"], 99), "tokens_per_chunk": stats["tokens"] / max(stats["chunks"], 1),
+            "errors": len(stats["errors"]),
+            "error_samples": stats["errors"][:5], "rejected_429": stats["rejected"], "_texts": stats["texts"]}
+
+
+def _fleet_in_process(args) -> dict:
+    return asyncio.run(_fleet(*args))
+
+
+async def _fleet(url: str, model: str, reqs: list[tuple[int, dict]], concurrency: int, timeout: float) -> dict:
+    """``concurrency`` streaming clients sending ``reqs`` ((index, request) pairs) back to back."""
     stats = {"ttft": [], "itl": [], "tokens": 0, "chunks": 0, "errors": [], "rejected": 0, "texts": {}}
-    todo = iter(enumerate(reqs))
+    todo = iter(reqs)
 
     async def worker(client):
         for i, req in todo:
@@ -112,15 +150,9 @@ async def level(url: str, model: str, reqs: list[dict], concurrency: int, timeou
         done, pending = await asyncio.wait(tasks, timeout=timeout)
         for t in pending:
             t.cancel()
-        wall = time.perf_counter() - t0
-    if pending:
-        stats["errors"].append(f"the level ran past --level-timeout {timeout:g} s")
-    return {"concurrency": concurrency, "requests": len(reqs), "wall_s": wall, "tokens": stats["tokens"],
-            "tok_s": stats["tokens"] / wall, "ttft_p50_ms": percentile(stats["ttft"], 50),
-            "ttft_p99_ms": percentile(stats["ttft"], 99), "itl_p50_ms": percentile(stats["itl"], 50),
-            "itl_p99_ms": percentile(stats["itl"], 99), "tokens_per_chunk": stats["tokens"] / max(stats["chunks"], 1),
-            "errors": len(stats["errors"]),
-            "error_samples": stats["errors"][:5], "rejected_429": stats["rejected"], "_texts": stats["texts"]}
+        stats["wall"] = time.perf_counter() - t0
+    stats["pending"] = bool(pending)
+    return stats
 
 
 def offline(m, reqs: list[dict], batch: int) -> tuple[float, int, dict]:
@@ -187,7 +219,8 @@ def main(argv=None) -> int:
     ap.add_argument("--precision", default="fp32")
     ap.add_argument("--url", default=None, help="a running server (served as 'bench', same model); default: start one")
     ap.add_argument("--concurrency", default=None, help="comma-separated levels [1,16,64,256; --quick: 1,4]")
-    ap.add_argument("--requests", type=int, default=None, help="requests per level [max(32, 2 C); --quick: 6]")
+    ap.add_argument("--requests", default=None,
+                    help="requests per level, one count or one per level, comma-separated [max(32, 2 C); --quick: 6]")
     ap.add_argument("--max-batch", type=int, default=64, help="the server's --max-batch and the offline batch cap")
     ap.add_argument("--max-queue", type=int, default=256, help="the server's --max-queue")
     ap.add_argument("--seed", type=int, default=0, help="draws the prompts and lengths; also every request's seed")
@@ -195,20 +228,29 @@ def main(argv=None) -> int:
     ap.add_argument("--start-timeout", type=float, default=300.0, help="seconds the server may take to be ready")
     ap.add_argument("--quick", action="store_true", help="short prompts and outputs, levels 1 and 4 (a CPU check)")
     ap.add_argument("--no-offline", action="store_true", help="skip the offline API comparison")
+    ap.add_argument("--client-procs", type=int, default=None,
+                    help="client processes per level, the streams shared among them [min(8, max(1, C / 16))]")
     ap.add_argument("-o", "--out", default="bench-serve.json", help="the JSON results")
     args = ap.parse_args(argv)
     levels = [int(c) for c in (args.concurrency or ("1,4" if args.quick else "1,16,64,256")).split(",")]
     if min(levels) < 1:
         ap.error("--concurrency levels must be positive")
+    counts = [None] * len(levels)
+    if args.requests is not None:
+        counts = [int(x) for x in args.requests.split(",")]
+        counts = counts * len(levels) if len(counts) == 1 else counts
+        if len(counts) != len(levels) or min(counts) < 1:
+            ap.error("--requests takes one positive count, or one per --concurrency level")
     m = None if args.no_offline else gpt2block.load(args.model, args.backend, args.precision)
     tokenizer = m.tokenizer if m is not None else gpt2block.load(args.model, "numpy").tokenizer
     proc, url = (None, args.url) if args.url else start_server(args)
     rows = []
     try:
-        for c in levels:
-            count = args.requests or (6 if args.quick else max(32, 2 * c))
+        for c, count in zip(levels, counts):
+            count = count or (6 if args.quick else max(32, 2 * c))
             reqs = make_requests(tokenizer, count, args.quick, args.seed)
-            r = asyncio.run(level(url, "bench", reqs, c, args.level_timeout))
+            procs = args.client_procs if args.client_procs is not None else min(8, max(1, c // 16))
+            r = level(url, "bench", reqs, c, args.level_timeout, procs)
             texts = r.pop("_texts")
             r["offline_tok_s"], r["offline_tokens"], r["equal"], r["answered"] = float("nan"), 0, 0, len(texts)
             if m is not None:
