@@ -30,28 +30,36 @@ PY
 export PYTHONPATH=/tmp/site
 python3 -c "import fastapi, uvicorn, pydantic, prometheus_client, httpx, cupy; print('imports ok', fastapi.__version__, uvicorn.__version__, pydantic.__version__)"
 nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
-timeout 60 python3 after/scripts/make_random_checkpoint.py gpt2 /tmp/gpt2r --tokenizer-dir tok > $OUT/ckpt.log 2>&1 || tail -5 $OUT/ckpt.log
+timeout 40 python3 after/scripts/make_random_checkpoint.py gpt2 /tmp/gpt2r --tokenizer-dir tok > $OUT/ckpt.log 2>&1 || tail -5 $OUT/ckpt.log
 
 echo "=== after: bench"
 cd "$G/after"
 export PYTHONPATH=/tmp/site:$G/after
-timeout 140 python3 scripts/bench_serve.py --model /tmp/gpt2r --backend cuda --concurrency 1,16,64,256 \
-    --level-timeout 30 --start-timeout 100 -o $OUT/bench_after.json > $OUT/bench_after.log 2>&1
+timeout 120 python3 scripts/bench_serve.py --model /tmp/gpt2r --backend cuda --concurrency 1,16,64,256 \
+    --level-timeout 25 --start-timeout 80 -o $OUT/bench_after.json > $OUT/bench_after.log 2>&1
 echo "bench rc $?"; grep -v "^\[gpt2block\]" $OUT/bench_after.log | tail -12
 
 echo "=== after: GPU tests"
-timeout 75 python3 -m pytest -q -x tests/gpu/test_sample_rows_cuda.py > $OUT/gpu_tests.log 2>&1
+timeout 50 python3 -m pytest -q -x tests/gpu/test_sample_rows_cuda.py > $OUT/gpu_tests.log 2>&1
 echo "tests rc $?"; tail -4 $OUT/gpu_tests.log
 
 echo "=== before (main): server with the pool stepped, the same client"
 cd "$G/before"
 PORT=8731
-PYTHONPATH=/tmp/site:$G/before timeout 70 python3 -m gpt2block serve --model /tmp/gpt2r --backend cuda --port $PORT \
+PYTHONPATH=/tmp/site:$G/before timeout 75 python3 -m gpt2block serve --model /tmp/gpt2r --backend cuda --port $PORT \
     --served-model-name bench --max-batch 64 --log-level warning > $OUT/server_before.log 2>&1 &
 SP=$!
-for i in $(seq 1 120); do curl -sf http://127.0.0.1:$PORT/health > /dev/null && break; sleep 0.5; done
+python3 -c "
+import httpx, sys, time
+end = time.time() + 40
+while time.time() < end:
+    try:
+        if httpx.get('http://127.0.0.1:$PORT/health', timeout=1).status_code == 200: sys.exit(0)
+    except httpx.TransportError: pass
+    time.sleep(0.3)
+sys.exit(1)" || echo "main's server not ready"
 cd "$G/after"
-timeout 45 python3 scripts/bench_serve.py --url http://127.0.0.1:$PORT --model /tmp/gpt2r --no-offline \
+timeout 30 python3 scripts/bench_serve.py --url http://127.0.0.1:$PORT --model /tmp/gpt2r --no-offline \
     --concurrency 1,64 --requests 16,128 --client-procs 4 -o $OUT/bench_before.json > $OUT/bench_before.log 2>&1
 echo "before bench rc $?"; tail -5 $OUT/bench_before.log
 kill $SP 2>/dev/null; wait $SP 2>/dev/null
