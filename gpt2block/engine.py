@@ -152,6 +152,7 @@ class Engine:
         self._queue: deque[Job] = deque()  # jobs with rows waiting for a slot
         self._slots: list[Optional[Row]] = [None] * max_batch
         self._prefilling: list[Row] = []  # admitted rows whose prompt is not all in, in admission order
+        self._last_step: Optional[tuple[list[Row], SamplingBatch]] = None  # the last decode step's rows and batch
         self._draining = False
         self._end_at: Optional[float] = None  # drain deadline (time.monotonic)
         self._thread = threading.Thread(target=self._main, name="gpt2block-engine", daemon=True)
@@ -398,8 +399,19 @@ class Engine:
         if not rows:
             return
         drawn = self.model.runner.sample_rows(self.cache, [r.slot for r in rows],
-                                              np.array([r.feed for r in rows], np.int64), self._batch(rows))
+                                              np.array([r.feed for r in rows], np.int64), self._step_batch(rows))
         self._take(rows, drawn, out)
+
+    def _step_batch(self, rows: list[Row]) -> SamplingBatch:
+        """The decode step's SamplingBatch: the last step's object while the same rows run in the same order (its
+        output_ids are the rows' own lists, which _take appends to, as the generation loop does), so that a
+        device sampler packs the rows' parameters once, not at every step."""
+        last = self._last_step
+        if last is not None and len(last[0]) == len(rows) and all(a is b for a, b in zip(last[0], rows)):
+            return last[1]
+        batch = self._batch(rows)
+        self._last_step = (rows, batch)
+        return batch
 
     def _take(self, rows: list[Row], drawn, out: dict) -> None:
         """Each row receives its drawn token: record it, decide whether the row stops, queue its piece."""
