@@ -249,11 +249,15 @@ class Engine:
 
     def _warm(self) -> None:
         """A prefill, then two steps of every number of rows the running batch can have (a GPU backend compiles
-        its kernels and captures a decode graph per number of rows here, not while requests wait; the NumPy
-        backend: one row), then reset."""
+        its kernels, a long prompt's too, and captures a decode graph per number of rows here, not while
+        requests wait; the NumPy backend: one row), then reset."""
         runner = self.model.runner
-        sizes = (1,) if runner.backend == "numpy" else range(1, self.max_batch + 1)
+        numpy = runner.backend == "numpy"
+        sizes = (1,) if numpy else range(1, self.max_batch + 1)
         rows = list(range(max(sizes)))
+        if not numpy:  # a long prompt's kernels (the GEMMs, tensor-core attention) built and loaded too
+            runner.prefill_batch(self.cache, [0], [[0] * min(self.prefill_chunk, self.cache.n_ctx - 2)])
+            self.cache.pos[0] = 0
         runner.prefill_batch(self.cache, rows, [[0, 0]] * len(rows))
         for n in sizes:
             b = SamplingBatch([SamplingParams(temperature=0.0)] * n, [0] * n, [0] * n, [[0]] * n)

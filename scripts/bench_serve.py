@@ -11,8 +11,9 @@ tokens/s (completion tokens over the level's wall time), time to first token p50
 p50 / p99 (gaps between a stream's successive chunks; a stream that falls behind the engine gets several tokens
 in one chunk, tokens_per_chunk in the JSON), errors (429s counted apart), and the offline API on the
 same requests: Model.generate on batches of min(C, --max-batch) requests in the same order, each batch run to
-its longest request's max_tokens (every token it generates counted), and how many server answers equal the
-offline text cut to their max_tokens. Every request carries the seed --seed (the offline API takes one seed per
+its longest request's max_tokens, its rate given two ways: every token it generates ("all") and only the tokens
+the requests asked for ("requested": each request's max_tokens, or fewer where it stopped; the server's own
+count), and how many server answers equal the offline text cut to their max_tokens. Every request carries the seed --seed (the offline API takes one seed per
 call); the prompts differ. Every level is bounded by --level-timeout; the script starts the server
 itself (unless --url), stops it, and writes the table and a JSON file.
 """
@@ -158,16 +159,17 @@ async def _fleet(url: str, model: str, reqs: list[tuple[int, dict]], concurrency
 def offline(m, reqs: list[dict], batch: int) -> tuple[float, int, dict]:
     """The requests through Model.generate, ``batch`` prompts per call (they share one seed), each call run to
     its longest request's max_tokens: (tokens/s, tokens generated, {request: text cut to its max_tokens})."""
-    texts, tokens, t0 = {}, 0, time.perf_counter()
+    texts, tokens, useful, t0 = {}, 0, 0, time.perf_counter()
     for i in range(0, len(reqs), batch):
         group = reqs[i:i + batch]
         results = m.generate([r["prompt"] for r in group], max(r["max_tokens"] for r in group),
                              temperature=group[0]["temperature"], top_p=group[0]["top_p"], seed=group[0]["seed"])
         for j, (r, res) in enumerate(zip(group, results)):
             tokens += len(res.token_ids)
+            useful += min(len(res.token_ids), r["max_tokens"])
             texts[i + j] = m.tokenizer.decode(res.token_ids[:r["max_tokens"]])
     wall = time.perf_counter() - t0
-    return tokens / wall, tokens, texts
+    return tokens / wall, tokens, texts, useful / wall
 
 
 def free_port() -> int:
@@ -181,6 +183,8 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
     cmd = [sys.executable, "-m", "gpt2block", "serve", "--model", args.model, "--backend", args.backend,
            "--precision", args.precision, "--port", str(port), "--served-model-name", "bench",
            "--max-batch", str(args.max_batch), "--max-queue", str(args.max_queue), "--log-level", "warning"]
+    if args.prefill_chunk is not None:
+        cmd += ["--prefill-chunk", str(args.prefill_chunk)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen(cmd, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -199,13 +203,14 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| concurrency | requests | server tok/s | offline tok/s | ratio | TTFT p50 / p99 ms "
-           "| inter-token p50 / p99 ms "
+    out = ["| concurrency | requests | server tok/s | offline tok/s: all / requested | ratio: all / requested "
+           "| TTFT p50 / p99 ms | inter-token p50 / p99 ms "
            "| errors | 429 | equal to offline |",
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
-        out.append(f"| {r['concurrency']} | {r['requests']} | {r['tok_s']:,.0f} | {r['offline_tok_s']:,.0f} | "
-                   f"{r['tok_s'] / r['offline_tok_s']:.2f} | {r['ttft_p50_ms']:.2f} / {r['ttft_p99_ms']:.2f} | "
+        out.append(f"| {r['concurrency']} | {r['requests']} | {r['tok_s']:,.0f} | {r['offline_tok_s']:,.0f} / "
+                   f"{r['offline_requested_tok_s']:,.0f} | {r['tok_s'] / r['offline_tok_s']:.2f} / "
+                   f"{r['tok_s'] / r['offline_requested_tok_s']:.2f} | {r['ttft_p50_ms']:.2f} / {r['ttft_p99_ms']:.2f} | "
                    f"{r['itl_p50_ms']:.3f} / {r['itl_p99_ms']:.3f} | {r['errors']} | {r['rejected_429']} | "
                    f"{r['equal']} / {r['answered']} |")
     return "\n".join(out)
@@ -223,6 +228,7 @@ def main(argv=None) -> int:
                     help="requests per level, one count or one per level, comma-separated [max(32, 2 C); --quick: 6]")
     ap.add_argument("--max-batch", type=int, default=64, help="the server's --max-batch and the offline batch cap")
     ap.add_argument("--max-queue", type=int, default=256, help="the server's --max-queue")
+    ap.add_argument("--prefill-chunk", type=int, default=None, help="the server's --prefill-chunk [its default]")
     ap.add_argument("--seed", type=int, default=0, help="draws the prompts and lengths; also every request's seed")
     ap.add_argument("--level-timeout", type=float, default=300.0, help="seconds a level may take")
     ap.add_argument("--start-timeout", type=float, default=300.0, help="seconds the server may take to be ready")
@@ -253,8 +259,10 @@ def main(argv=None) -> int:
             r = level(url, "bench", reqs, c, args.level_timeout, procs)
             texts = r.pop("_texts")
             r["offline_tok_s"], r["offline_tokens"], r["equal"], r["answered"] = float("nan"), 0, 0, len(texts)
+            r["offline_requested_tok_s"] = float("nan")
             if m is not None:
-                r["offline_tok_s"], r["offline_tokens"], want = offline(m, reqs, min(c, args.max_batch))
+                r["offline_tok_s"], r["offline_tokens"], want, r["offline_requested_tok_s"] = offline(
+                    m, reqs, min(c, args.max_batch))
                 r["equal"] = sum(texts.get(i) == want[i] for i in range(len(reqs)) if i in texts)
             rows.append(r)
             print(f"concurrency {c}: {r['tok_s']:,.0f} tok/s, offline {r['offline_tok_s']:,.0f}, errors {r['errors']}, "
