@@ -490,7 +490,7 @@ async def _stream(job: Job, events: asyncio.Queue, answer: "_Answer", watcher):
         while not answer.complete:
             items, err = _ready(await events.get(), events)
             if items:
-                yield _sse(answer.chunk(answer.add(items)))
+                yield answer.sse(answer.add(items))
             if err is not None:
                 yield _sse(_from_engine(err).body())
                 break
@@ -550,8 +550,11 @@ class _Mailbox:
             queue.put_nowait(items)
 
 
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def _sse(obj) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
+    return f"data: {_JSON.encode(obj)}\n\n"
 
 
 class _Choice:
@@ -570,6 +573,7 @@ class _Answer:
         self.id = f"cmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.choices = [_Choice() for _ in range(len(c.prompts) * c.n)]
+        self._sse_head = None  # sse()'s 'data: {"id":...,"choices":['
         if c.echo:
             for i, ch in enumerate(self.choices):
                 ch.text = c.prompt_texts[i // c.n]
@@ -642,6 +646,16 @@ class _Answer:
     def chunk(self, pieces) -> dict:
         return {**self._head(), "choices": [{"index": i, "text": text, "logprobs": lp, "finish_reason": fin}
                                             for i, text, lp, fin in pieces]}
+
+    def sse(self, pieces) -> str:
+        """_sse(self.chunk(pieces)), the same characters, with the head's JSON rendered once per request rather
+        than at every token (a stream's one event per token is most of the event loop's work)."""
+        if self._sse_head is None:
+            self._sse_head = _sse({**self._head(), "choices": []})[:-4]  # 'data: {..."choices":['
+        dumps = _JSON.encode
+        parts = [f'{{"index":{i},"text":{dumps(text)},"logprobs":{"null" if lp is None else dumps(lp)},'
+                 f'"finish_reason":{"null" if fin is None else dumps(fin)}}}' for i, text, lp, fin in pieces]
+        return f"{self._sse_head}{','.join(parts)}]}}\n\n"
 
     def usage_chunk(self) -> dict:
         return {**self._head(), "choices": [], "usage": self.usage()}

@@ -337,6 +337,20 @@ def test_a_second_signal_during_the_drain_ends_the_requests_and_exits_1(small_se
     assert "a second signal ended the drain early" in s.log()
 
 
+def test_stream_events_rendered_as_the_json_of_the_chunk(model):
+    """_Answer.sse (the head rendered once per request) writes the characters json.dumps writes for the chunk."""
+    from gpt2block.sampler import SamplingParams
+    from gpt2block.server import Checked, _Answer, _sse
+
+    c = Checked([[1, 2, 3]], ["abc"], 2, SamplingParams(), 10, 0, [], 2, False, True, True)
+    answer = _Answer(c, model.tokenizer, "tiny")
+    lp = {"tokens": ["x"], "token_logprobs": [-0.5], "top_logprobs": [{"x": -0.5, "\u00e9": float("-inf")}],
+          "text_offset": [0]}
+    for pieces in ([(0, " word", None, None)], [(1, 'a"b\\c\n\u00e9\u4e2d\U0001F600\x01', lp, "stop")],
+                   [(0, "", None, "length"), (1, "z", None, None)], []):
+        assert answer.sse(pieces) == _sse(answer.chunk(pieces))
+
+
 def test_two_replicas_answer_alike(server, ckpt, tmp_path):
     other = ServerProcess(ckpt, tmp_path / "replica.log", "--api-key", KEY, "--served-model-name", "tiny")
     try:
