@@ -40,7 +40,10 @@ argmax, so its own time per step (launch, Python) hides under the GPU's.
 Sampled steps (sample_prefill, sample_step) draw on the device (kernels/sampler.cu through
 sampler.DeviceSampler): the sampler kernel runs right after the step's graph on the same stream
 (not inside it), and only ids and log-probabilities come back. Where a row of logits does not fit
-one block's shared memory on the GPU, the NumPy sampler draws on the host instead.
+one block's shared memory on the GPU, the NumPy sampler draws on the host instead. sample_rows (the
+server's continuous batching) steps only the rows it is given, in their order: a decode step of n rows
+(a graph per n, _RowsStep) whose seq names each row's cache row, which the K / V store and
+attention_decode (its slots) read; the other rows are not touched.
 """
 
 from __future__ import annotations
