@@ -9,10 +9,10 @@ its choices) wait in a bounded FIFO queue until a slot is free. Every step of th
 2. gives free slots to waiting rows, in arrival order;
 3. prefills at most ``prefill_chunk`` prompt tokens of the admitted rows (a long prompt takes several
    steps, so that the running rows keep receiving tokens between its chunks), and draws each prompt's
-   first token when its last chunk is in;
-4. steps every row that has a token to feed (Runner.sample_rows: on the NumPy backend only those rows
-   run; the CUDA backend's default steps the whole pool, the others fed and set back), each row with its
-   own SamplingParams, seed and stop strings;
+   first token when its last chunk is in (Runner.sample_logits: on the device on CUDA);
+4. steps every row that has a token to feed (Runner.sample_rows: only those rows run, on the CUDA backend
+   as one decode step of those rows with a graph per number of rows, drawn on the device), each row with
+   its own SamplingParams, seed and stop strings;
 
 and hands each Job the step's pieces through its callback. A slot is one row of a single Cache of
 ``max_batch`` rows, made once at start-up; a freed slot's position goes back to 0.
@@ -152,6 +152,7 @@ class Engine:
         self._queue: deque[Job] = deque()  # jobs with rows waiting for a slot
         self._slots: list[Optional[Row]] = [None] * max_batch
         self._prefilling: list[Row] = []  # admitted rows whose prompt is not all in, in admission order
+        self._last_step: Optional[tuple[list[Row], SamplingBatch]] = None  # the last decode step's rows and batch
         self._draining = False
         self._end_at: Optional[float] = None  # drain deadline (time.monotonic)
         self._thread = threading.Thread(target=self._main, name="gpt2block-engine", daemon=True)
@@ -197,6 +198,14 @@ class Engine:
             self._gauges()
             self._cv.notify()
 
+    def end_now(self) -> None:
+        """Drain with no time left: the running requests are ended at the next step (ShuttingDown), then the
+        loop ends."""
+        self.drain(0.0)
+        with self._cv:
+            self._end_at = time.monotonic()
+            self._cv.notify()
+
     # ---- the engine thread
 
     def _main(self) -> None:
@@ -239,12 +248,24 @@ class Engine:
         return any(s is not None for s in self._slots)
 
     def _warm(self) -> None:
-        """One prefill and two steps of one slot (a GPU backend compiles and captures here), then reset."""
+        """A prefill, then two steps of every number of rows the running batch can have (a GPU backend compiles
+        its kernels, a long prompt's too, and captures a decode graph per number of rows here, not while
+        requests wait; the NumPy backend: one row), then reset."""
         runner = self.model.runner
-        b = SamplingBatch([SamplingParams(temperature=0.0)], [0], [0], [[0]])
-        runner.prefill_batch(self.cache, [0], [[0, 0]])
-        for _ in range(2):
-            runner.sample_rows(self.cache, [0], np.zeros(1, np.int64), b)
+        numpy = runner.backend == "numpy"
+        sizes = (1,) if numpy else range(1, self.max_batch + 1)
+        rows = list(range(max(sizes)))
+        if not numpy:  # a long prompt's kernels (the GEMMs, tensor-core attention) built and loaded too
+            runner.prefill_batch(self.cache, [0], [[0] * min(self.prefill_chunk, self.cache.n_ctx - 2)])
+            self.cache.pos[0] = 0
+        runner.prefill_batch(self.cache, rows, [[0, 0]] * len(rows))
+        for n in sizes:
+            b = SamplingBatch([SamplingParams(temperature=0.0)] * n, [0] * n, [0] * n, [[0]] * n)
+            self.cache.pos[:n] = 2
+            for _ in range(2):
+                runner.sample_rows(self.cache, rows[:n], np.zeros(n, np.int64), b)
+        runner.sample_logits(np.zeros((1, self.model.config.vocab_size), np.float32),
+                             SamplingBatch([SamplingParams(temperature=0.0)], [0], [0], [[0]]), [2])
         self.cache.reset()
 
     def _gauges(self) -> None:
@@ -347,7 +368,8 @@ class Engine:
             self._prefilling.remove(row)
             if row.prompt_lp is not None:
                 out.setdefault(row.job, []).append(PromptLogprobs(row.index, row.prompt_lp, row.prompt_top))
-        drawn = self._batch(rows).draw(np.stack([lg for _, lg in complete]), self.cache.pos[[r.slot for r in rows]])
+        drawn = runner.sample_logits(np.stack([lg for _, lg in complete]), self._batch(rows),
+                                     self.cache.pos[[r.slot for r in rows]])
         self._take(rows, drawn, out)
 
     def _prompt_logprobs(self, row: Row, chunk: list[int], logits: np.ndarray) -> None:
@@ -381,13 +403,25 @@ class Engine:
         if not rows:
             return
         drawn = self.model.runner.sample_rows(self.cache, [r.slot for r in rows],
-                                              np.array([r.feed for r in rows], np.int64), self._batch(rows))
+                                              np.array([r.feed for r in rows], np.int64), self._step_batch(rows))
         self._take(rows, drawn, out)
+
+    def _step_batch(self, rows: list[Row]) -> SamplingBatch:
+        """The decode step's SamplingBatch: the last step's object while the same rows run in the same order (its
+        output_ids are the rows' own lists, which _take appends to, as the generation loop does), so that a
+        device sampler packs the rows' parameters once, not at every step."""
+        last = self._last_step
+        if last is not None and len(last[0]) == len(rows) and all(a is b for a, b in zip(last[0], rows)):
+            return last[1]
+        batch = self._batch(rows)
+        self._last_step = (rows, batch)
+        return batch
 
     def _take(self, rows: list[Row], drawn, out: dict) -> None:
         """Each row receives its drawn token: record it, decide whether the row stops, queue its piece."""
         now = time.monotonic()
         m = self.metrics
+        made, ttfts, itls = 0, [], []
         for i, row in enumerate(rows):
             job, tok = row.job, int(drawn.ids[i])
             piece = Piece(row.index, "")
@@ -409,9 +443,11 @@ class Engine:
                     row.finish = "length"
                 else:
                     row.feed = tok
-                if m is not None:
-                    m.token(now - job.arrived if not job.first_token_seen else None,
-                            now - row.last_token_at if row.last_token_at else None)
+                made += 1
+                if not job.first_token_seen:
+                    ttfts.append(now - job.arrived)
+                if row.last_token_at:
+                    itls.append(now - row.last_token_at)
                 job.first_token_seen = True
                 row.last_token_at = now
             if row.done:
@@ -419,6 +455,8 @@ class Engine:
                 piece.finish = row.finish
                 self._free(row, row.finish)
             out.setdefault(job, []).append(piece)
+        if m is not None and made:
+            m.tokens(made, ttfts, itls)
 
 
 def _top(raw: np.ndarray, n: int) -> list[tuple[int, float]]:

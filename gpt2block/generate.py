@@ -167,7 +167,11 @@ class RowText:
 
     def push(self, token_id: int) -> str:
         """Add one token; return the text now safe to emit. Sets stop_string when one appears."""
-        self.text += self.decoder.push(token_id)
+        piece = self.decoder.push(token_id)
+        self.text += piece
+        if not self.stop:  # nothing to search for or hold back: all of it goes out
+            self.emitted = len(self.text)
+            return piece
         return self._release(final=False)
 
     def finish(self) -> str:

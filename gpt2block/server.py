@@ -16,6 +16,9 @@ Sampling defaults are gpt2block's (sampler.SamplingParams: temperature 1, top_k 
 defaults to OpenAI's 16. A request's tokens with a fixed seed equal gpt2block.Model.generate's for the same
 prompt, parameters and seed. SIGTERM (or SIGINT) drains: new requests get 503, queued ones that have not
 started are refused, running ones finish or are ended after drain_timeout seconds, then the process exits 0.
+A second SIGTERM / SIGINT during the drain ends the running requests at once (each gets the shutting-down error)
+and the process exits with status INTERRUPTED_STATUS (1) within about a second, without waiting for the
+drain's deadline.
 """
 
 from __future__ import annotations
@@ -32,7 +35,10 @@ from typing import Optional, Union
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import numpy as np
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -44,6 +50,8 @@ DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 MAX_STOP = 4  # stop strings per request (OpenAI's limit)
 MAX_STOP_CHARS = 256  # characters per stop string
 SWITCH_INTERVAL_S = 2e-4  # the server process's GIL switch interval
+INTERRUPTED_STATUS = 1  # the exit status after a second signal cut the drain short
+ENDING_GRACE_S = 0.5  # after a second signal: how long the ended requests' last events get to leave
 
 
 class ApiError(Exception):
@@ -259,31 +267,65 @@ def _prompts(prompt, tokenizer) -> tuple[list[list[int]], list[str]]:
 
 
 class Metrics:
-    """Prometheus metrics in a registry of their own; the engine thread and the handlers update them."""
+    """Prometheus metrics in a registry of their own; the engine thread and the handlers update them. The
+    engine's per-token figures (tokens generated, the two latency histograms) come a step at a time
+    (``tokens``), counted with NumPy: one call per step, not three per token."""
 
     def __init__(self):
         self.registry = r = CollectorRegistry()
         self.requests = Counter("gpt2block_requests", "HTTP requests to /v1 by status code", ["status"], registry=r)
         self.prompt_tokens = Counter("gpt2block_prompt_tokens", "prompt tokens of accepted requests", registry=r)
-        self.generation_tokens = Counter("gpt2block_generation_tokens", "tokens generated", registry=r)
         self.queue_depth = Gauge("gpt2block_queue_depth", "requests waiting for a KV slot", registry=r)
         self.running = Gauge("gpt2block_running_rows", "rows in the running batch (KV slots in use)", registry=r)
-        self.ttft = Histogram("gpt2block_time_to_first_token_seconds", "request arrival to its first token",
-                              buckets=(.005, .01, .025, .05, .1, .15, .25, .5, 1, 2.5, 5, 10, 30, 60), registry=r)
-        self.itl = Histogram("gpt2block_inter_token_latency_seconds", "time between a row's successive tokens",
-                             buckets=(.0002, .0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5),
-                             registry=r)
+        self.steps = _StepMetrics()
+        r.register(self.steps)
 
     def queue(self, depth: int, running: int) -> None:
         self.queue_depth.set(depth)
         self.running.set(running)
 
-    def token(self, ttft: Optional[float], itl: Optional[float]) -> None:
-        self.generation_tokens.inc()
-        if ttft is not None:
-            self.ttft.observe(ttft)
-        if itl is not None:
-            self.itl.observe(itl)
+    def tokens(self, n: int, ttfts: list, itls: list) -> None:
+        """One engine step: n tokens generated, the first-token latencies and inter-token gaps it saw (seconds)."""
+        self.steps.add(n, ttfts, itls)
+
+
+class _StepMetrics:
+    """A Prometheus collector: gpt2block_generation_tokens_total and the time-to-first-token and inter-token
+    latency histograms, as bucket counts the engine thread adds to a step at a time."""
+
+    TTFT_BUCKETS = (.005, .01, .025, .05, .1, .15, .25, .5, 1, 2.5, 5, 10, 30, 60)
+    ITL_BUCKETS = (.0002, .0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5)
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.generated = 0
+        self.hists = {"gpt2block_time_to_first_token_seconds": ("request arrival to its first token",
+                                                                 np.array(self.TTFT_BUCKETS)),
+                      "gpt2block_inter_token_latency_seconds": ("time between a row's successive tokens",
+                                                                np.array(self.ITL_BUCKETS))}
+        self.counts = {k: np.zeros(len(b) + 1, np.int64) for k, (_, b) in self.hists.items()}  # last: past every bound
+        self.sums = dict.fromkeys(self.hists, 0.0)
+
+    def add(self, n: int, ttfts: list, itls: list) -> None:
+        with self.lock:
+            self.generated += n
+            for name, values in zip(self.hists, (ttfts, itls)):
+                if values:
+                    v = np.asarray(values, np.float64)
+                    bounds = self.hists[name][1]  # a value on a bound counts in that bucket (le)
+                    self.counts[name] += np.bincount(np.searchsorted(bounds, v, side="left"),
+                                                     minlength=len(bounds) + 1)
+                    self.sums[name] += float(v.sum())
+
+    def collect(self):
+        with self.lock:
+            generated = self.generated
+            state = {k: (self.counts[k].cumsum(), self.sums[k]) for k in self.hists}
+        yield CounterMetricFamily("gpt2block_generation_tokens", "tokens generated", value=generated)
+        for name, (doc, bounds) in self.hists.items():
+            cum, total = state[name]
+            buckets = [(floatToGoString(b), int(c)) for b, c in zip(bounds, cum[:-1])] + [("+Inf", int(cum[-1]))]
+            yield HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total)
 
 
 class _CountStatus:
@@ -371,7 +413,9 @@ def create_app(engine: Engine, served_name: str, limits: Limits, api_key: Option
         body = await _read_body(request, limits.max_body_bytes)
         req = parse_body(body)
         model = engine.model
-        checked = check_request(req, served_name, model.tokenizer, model.config.n_ctx, limits)
+        # off the event loop: encoding a long prompt takes milliseconds, which every stream would wait for
+        checked = await asyncio.to_thread(check_request, req, served_name, model.tokenizer, model.config.n_ctx,
+                                          limits)
         return await _run(request, engine, checked, model.tokenizer, served_name, limits, metrics)
 
     return app
@@ -446,7 +490,7 @@ async def _stream(job: Job, events: asyncio.Queue, answer: "_Answer", watcher):
         while not answer.complete:
             items, err = _ready(await events.get(), events)
             if items:
-                yield _sse(answer.chunk(answer.add(items)))
+                yield answer.sse(answer.add(items))
             if err is not None:
                 yield _sse(_from_engine(err).body())
                 break
@@ -506,8 +550,11 @@ class _Mailbox:
             queue.put_nowait(items)
 
 
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def _sse(obj) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
+    return f"data: {_JSON.encode(obj)}\n\n"
 
 
 class _Choice:
@@ -526,6 +573,7 @@ class _Answer:
         self.id = f"cmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.choices = [_Choice() for _ in range(len(c.prompts) * c.n)]
+        self._sse_head = None  # sse()'s 'data: {"id":...,"choices":['
         if c.echo:
             for i, ch in enumerate(self.choices):
                 ch.text = c.prompt_texts[i // c.n]
@@ -599,6 +647,16 @@ class _Answer:
         return {**self._head(), "choices": [{"index": i, "text": text, "logprobs": lp, "finish_reason": fin}
                                             for i, text, lp, fin in pieces]}
 
+    def sse(self, pieces) -> str:
+        """_sse(self.chunk(pieces)), the same characters, with the head's JSON rendered once per request rather
+        than at every token (a stream's one event per token is most of the event loop's work)."""
+        if self._sse_head is None:
+            self._sse_head = _sse({**self._head(), "choices": []})[:-4]  # 'data: {..."choices":['
+        dumps = _JSON.encode
+        parts = [f'{{"index":{i},"text":{dumps(text)},"logprobs":{"null" if lp is None else dumps(lp)},'
+                 f'"finish_reason":{"null" if fin is None else dumps(fin)}}}' for i, text, lp, fin in pieces]
+        return f"{self._sse_head}{','.join(parts)}]}}\n\n"
+
     def usage_chunk(self) -> dict:
         return {**self._head(), "choices": [], "usage": self.usage()}
 
@@ -619,7 +677,8 @@ class _Answer:
 def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key: Optional[str] = None,
           log=print, log_level: str = "info") -> int:
     """Run the server until SIGTERM / SIGINT has drained it; ``load()`` -> a Model, run on the engine thread.
-    Returns the exit status: 0 after a drain, 1 when the model could not be loaded."""
+    Returns the exit status: 0 after a drain, 1 when the model could not be loaded, INTERRUPTED_STATUS when a
+    second signal cut the drain short."""
     import sys
 
     import uvicorn
@@ -631,14 +690,26 @@ def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key:
     engine = Engine(load, limits.max_batch, limits.max_queue, limits.prefill_chunk, metrics, log)
     app = create_app(engine, served_name, limits, api_key, metrics)
 
+    interrupted = threading.Event()  # a second signal cut the drain short
+
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame):
-            if engine.draining:
-                return super().handle_exit(sig, frame)  # a second signal: stop now
+            if engine.draining:  # a second signal: end the running requests and stop now
+                if not interrupted.is_set():
+                    interrupted.set()
+                    threading.Thread(target=self._exit_now, daemon=True).start()
+                return
             if not engine.ready.is_set():
                 self.should_exit = True  # still loading: nothing to drain
                 return
             threading.Thread(target=self._exit_after_drain, daemon=True).start()
+
+        def _exit_now(self):  # off the signal handler's thread, as _exit_after_drain
+            engine.end_now()
+            engine.finished.wait(ENDING_GRACE_S)  # the engine ends them at its next step
+            time.sleep(0.1)  # their error events reach their responses
+            self.should_exit = True
+            self.force_exit = True  # uvicorn waits for no connection or task
 
         def _exit_after_drain(self):  # not in the signal handler: drain takes locks the loop's thread may hold
             engine.drain(limits.drain_timeout)
@@ -656,6 +727,9 @@ def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key:
     if engine.error is not None:
         log(f"Error: {engine.error}")
         return 1
+    if interrupted.is_set():
+        log("a second signal ended the drain early: the running requests were ended")
+        return INTERRUPTED_STATUS
     return 0
 
 

@@ -37,18 +37,21 @@
 // attention_decode_f32       one query per row over the KV cache, keys split across the blocks of a
 //                            cluster, combined through distributed shared memory
 //     (const float* q, int q_stride, const float* k_cache, const float* v_cache,
-//      long long cache_batch_stride, const int* lengths, float* out, int D, int max_len)
+//      long long cache_batch_stride, const int* lengths, float* out, int D, int max_len,
+//      const int* slots)
 //     sm_90: grid (ATTN_DEC_CLUSTER, H, B), clusters of (ATTN_DEC_CLUSTER, 1, 1) compiled in
 //     (__cluster_dims__, so a plain launch forms them; gpt2block builds 8, 4, 2 or 1 and picks one
 //     per (B, H): cuda/attention.decode_ranks); older targets: grid (1, H, B), ATTN_DEC_CLUSTER 1.
 //     The ranks set the summation order, so a row's output bits depend on the batch it runs in.
 //     block (128, 1, 1), no dynamic shared memory (static 4.4 KB at 8 ranks).
-//     q: row b at q + b * q_stride; key t of row b at k_cache + b * cache_batch_stride + t * D (v likewise);
+//     q: row b at q + b * q_stride; key t of row b at k_cache + s * cache_batch_stride + t * D (v likewise),
+//     s = slots[b] (slots: [B] int32 on the device, each a row of the cache; NULL: s = b, the cache's
+//     rows in order; a decode step over some rows of a larger cache passes its seq);
 //     lengths: [B] int32 on the device, 1 <= lengths[b] <= max_len (otherwise the row's output is NaN);
 //     out: [B, D] contiguous.  Chunk c (keys [64 c, 64 c + 64)) goes to rank c % ranks: a
 //     short row costs its own keys, not max_len's, and max_len only bounds the lengths.
-//     Takes part in programmatic dependent launch (common.cuh): before pdl_wait() it reads lengths
-//     and the keys / values at positions 0 .. lengths[b] - 2, so those must not be written by any
+//     Takes part in programmatic dependent launch (common.cuh): before pdl_wait() it reads lengths,
+//     slots and the keys / values at positions 0 .. lengths[b] - 2, so those must not be written by any
 //     kernel that may still be running (the decode step: earlier steps wrote them, and the step's
 //     ints were complete before its first kernel started); position lengths[b] - 1 and q after it.
 //     The partials are combined in rank order: bit-exact run to run.
@@ -647,7 +650,8 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
                      long long cache_batch_stride,                      // cbs, in floats
                      const int* __restrict__ lengths,                   // [B]
                      float* __restrict__ out,                           // [B, D]
-                     int D, int max_len) {
+                     int D, int max_len,
+                     const int* __restrict__ slots) {                   // [B] cache row of each row, or NULL
     __shared__ __align__(16) float sc[ATTN_DEC_CHUNK];       // a round's scores, then probabilities
     __shared__ __align__(16) float red[8][64];               // per-group P V, for the final sum
     __shared__ float stat[ATTN_DEC_THREADS / 32];
@@ -673,7 +677,8 @@ attention_decode_f32(const float* __restrict__ q, int q_stride,         // q: [B
     const int n_chunks = (len + ATTN_DEC_CHUNK - 1) / ATTN_DEC_CHUNK;
     const int n_active = bad ? 1 : min(ranks, n_chunks);
     if (rank >= n_active) return;
-    const size_t row_off = (size_t)b * (size_t)cache_batch_stride + (size_t)h * 64 + lane16 * 4;
+    const int slot = slots != nullptr ? slots[b] : b;  // the step's ints, like lengths: complete before the step
+    const size_t row_off = (size_t)slot * (size_t)cache_batch_stride + (size_t)h * 64 + lane16 * 4;
     const float* krow = k_cache + row_off;
     const float* vrow = v_cache + row_off;
     // The first round straight-line, later ones (rows longer than 64 x ranks) in a loop: inside a

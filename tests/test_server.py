@@ -312,6 +312,45 @@ def test_queue_overflow_gives_429_then_sigterm_drains_and_exits_0(small_server, 
     assert s.proc.wait(30) == 0, s.log()
 
 
+@pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT], ids=["term-term", "term-int"])
+def test_a_second_signal_during_the_drain_ends_the_requests_and_exits_1(small_server, second):
+    s = small_server
+    ctx, lines = _open_stream(s, 1000)  # about 2 s on the NumPy backend, far past the checks below
+    s.proc.send_signal(signal.SIGTERM)  # drains: the stream would run to its end (drain timeout 20 s)
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    s.proc.send_signal(second)
+    status = s.proc.wait(10)
+    took = time.monotonic() - t0
+    rest = []
+    try:
+        rest = [ln for ln in lines if ln]
+    except httpx.HTTPError:  # the connection closed under the stream: no more lines
+        pass
+    ctx.__exit__(None, None, None)
+    assert status == 1, s.log()
+    assert took < 3, f"the server took {took:.1f} s to exit after the second signal"
+    chunks = [json.loads(ln[6:]) for ln in rest if ln != "data: [DONE]"]
+    assert not any(c.get("usage", {}).get("completion_tokens") == 1000 for c in chunks)  # it did not run to its end
+    errors = [c["error"] for c in chunks if "error" in c]
+    assert not errors or errors[0]["code"] == "shutting_down"
+    assert "a second signal ended the drain early" in s.log()
+
+
+def test_stream_events_rendered_as_the_json_of_the_chunk(model):
+    """_Answer.sse (the head rendered once per request) writes the characters json.dumps writes for the chunk."""
+    from gpt2block.sampler import SamplingParams
+    from gpt2block.server import Checked, _Answer, _sse
+
+    c = Checked([[1, 2, 3]], ["abc"], 2, SamplingParams(), 10, 0, [], 2, False, True, True)
+    answer = _Answer(c, model.tokenizer, "tiny")
+    lp = {"tokens": ["x"], "token_logprobs": [-0.5], "top_logprobs": [{"x": -0.5, "\u00e9": float("-inf")}],
+          "text_offset": [0]}
+    for pieces in ([(0, " word", None, None)], [(1, 'a"b\\c\n\u00e9\u4e2d\U0001F600\x01', lp, "stop")],
+                   [(0, "", None, "length"), (1, "z", None, None)], []):
+        assert answer.sse(pieces) == _sse(answer.chunk(pieces))
+
+
 def test_two_replicas_answer_alike(server, ckpt, tmp_path):
     other = ServerProcess(ckpt, tmp_path / "replica.log", "--api-key", KEY, "--served-model-name", "tiny")
     try:

@@ -26,6 +26,8 @@ NumPy sampler (a device backend overrides them to keep the work on the device):
   sample_rows(cache, rows, tokens, batch)    sample_step on some rows of the cache only (the
                                              server's continuous batching): the other rows
                                              keep their state
+  sample_logits(logits, batch, positions)    draw each row of host logits [B, V] (a prefill's last logits)
+                                             by ``batch`` at ``positions`` -> SampleOutput
   greedy_steps(cache, tokens, max_steps)     greedy decode as a stream of argmax ids
 
 ``batch`` is a sampler.SamplingBatch: per-row SamplingParams, seeds, sample indices
@@ -189,6 +191,11 @@ class Runner(ABC):
         out = self.sample_step(cache, feed, _spread(batch, rows, cache.batch))
         cache.pos[others] -= 1
         return _pick(out, rows)
+
+    def sample_logits(self, logits: np.ndarray, batch: SamplingBatch, positions) -> SampleOutput:
+        """Draw row b of host logits [B, V] by row b of ``batch`` at position positions[b] (the server's first
+        token of a prompt prefilled in chunks). Default: the NumPy sampler; a device backend draws on the device."""
+        return batch.draw(logits, positions)
 
     def decode_greedy(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
         """Append one token to every row and return each row's argmax [batch] (int64)."""

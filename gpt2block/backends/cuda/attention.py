@@ -12,9 +12,11 @@ raises ValueError / TypeError naming it, before anything is launched.
         added in fp32: fp32-level accuracy) or "tf32" (1 pass). The tensor-core variants split the
         keys of long query tiles across blocks where prefill_split_plan has it measured faster;
         the partials live in a per-stream scratch.
-    attention_decode(q, k_cache, v_cache, lengths, out, n_head=, q_stride=, cache_batch_stride=, max_len=)
-        out [B, D]: one query per row over lengths[b] cached keys; the keys are split across the
-        blocks of a thread block cluster (sm_90), combined deterministically in its rank 0.
+    attention_decode(q, k_cache, v_cache, lengths, out, n_head=, q_stride=, cache_batch_stride=, max_len=,
+                     slots=, cache_rows=)
+        out [B, D]: one query per row over lengths[b] cached keys (of cache row slots[b], or b); the keys
+        are split across the blocks of a thread block cluster (sm_90), combined deterministically in its
+        rank 0.
 """
 
 from __future__ import annotations
@@ -334,9 +336,11 @@ def decode_ranks(batch: int, n_head: int) -> int:
 
 
 def attention_decode(q, k_cache, v_cache, lengths, out, *, n_head: int, q_stride: int, cache_batch_stride: int,
-                     max_len: int, stream=None) -> None:
+                     max_len: int, slots=None, cache_rows: int | None = None, stream=None) -> None:
     """out [B, D]: row b's query (at q.data.ptr + b * q_stride) over keys 0 .. lengths[b] - 1 of its cache
-    (key t at k_cache.data.ptr + b * cache_batch_stride + t * D; v_cache likewise).
+    row s (key t at k_cache.data.ptr + s * cache_batch_stride + t * D; v_cache likewise): s = b, or
+    slots[b] where ``slots`` is given (int32 [B] on the device, each in 0 .. cache_rows - 1, which the
+    caller keeps so: a decode step over some rows of a cache of ``cache_rows`` rows).
 
     lengths: int32 [B] on the device, each in 1 .. max_len (a row outside that range gets NaN);
     max_len: a host bound on lengths (the cache span checked; the launch does not depend on it,
@@ -359,12 +363,20 @@ def attention_decode(q, k_cache, v_cache, lengths, out, *, n_head: int, q_stride
     cbs = _int("cache_batch_stride", cache_batch_stride, 0, 2**62)
     if cbs % 4:
         raise ValueError(f"cache_batch_stride must be a multiple of 4 elements; got {cbs}")
-    if b > 1 and cbs < max_len * d:
+    rows = b
+    if slots is not None:
+        _array("slots", slots, cp.int32)
+        if slots.shape != (b,) or not slots.flags.c_contiguous:
+            raise ValueError(f"slots must be a contiguous int32 array of shape ({b},); got shape {slots.shape}")
+        rows = _int("cache_rows", cache_rows, 1)
+    elif cache_rows is not None:
+        raise ValueError("cache_rows goes with slots (the rows' cache rows)")
+    if rows > 1 and cbs < max_len * d:
         raise ValueError(f"cache_batch_stride {cbs} is smaller than max_len * D = {max_len * d}: rows would overlap")
     _array("lengths", lengths, cp.int32)
     if lengths.shape != (b,) or not lengths.flags.c_contiguous:
         raise ValueError(f"lengths must be a contiguous int32 array of shape ({b},); got shape {lengths.shape}")
-    cache_floats = (b - 1) * cbs + max_len * d
+    cache_floats = (rows - 1) * cbs + max_len * d
     spans = [
         ("q", _span("q", _array("q", q), (b - 1) * q_stride + d)),
         ("k_cache", _span("k_cache", _array("k_cache", k_cache), cache_floats)),
@@ -374,7 +386,8 @@ def attention_decode(q, k_cache, v_cache, lengths, out, *, n_head: int, q_stride
 
     if b > 65535:
         raise ValueError(f"attention_decode takes at most 65535 rows; got {b}")
-    args = (q, np.int32(q_stride), k_cache, v_cache, np.int64(cbs), lengths, out, np.int32(d), np.int32(max_len))
+    args = (q, np.int32(q_stride), k_cache, v_cache, np.int64(cbs), lengths, out, np.int32(d), np.int32(max_len),
+            slots if slots is not None else np.uint64(0))  # NULL: row b's cache row is b
     ranks = decode_ranks(b, n_head)
     launch(kernel("attention", "attention_decode_f32", build.attention(ranks)), (ranks, n_head, b),
            (DECODE_THREADS,), args,

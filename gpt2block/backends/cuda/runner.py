@@ -40,7 +40,10 @@ argmax, so its own time per step (launch, Python) hides under the GPU's.
 Sampled steps (sample_prefill, sample_step) draw on the device (kernels/sampler.cu through
 sampler.DeviceSampler): the sampler kernel runs right after the step's graph on the same stream
 (not inside it), and only ids and log-probabilities come back. Where a row of logits does not fit
-one block's shared memory on the GPU, the NumPy sampler draws on the host instead.
+one block's shared memory on the GPU, the NumPy sampler draws on the host instead. sample_rows (the
+server's continuous batching) steps only the rows it is given, in their order: a decode step of n rows
+(a graph per n, _RowsStep) whose seq names each row's cache row, which the K / V store and
+attention_decode (its slots) read; the other rows are not touched.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from ...config import GPT2Config
 from ...layout import block_layout
 from ...sampler import SampleOutput, SamplingBatch
 from ...weights import ModelWeights
-from ..base import BatchTooLarge, Cache, Runner, check_ids
+from ..base import BatchTooLarge, Cache, Runner, check_ids, check_step_rows
 from . import attention, decode_paths, linear, lm_head, modules, ops
 from . import sampler as device_sampler
 
@@ -129,6 +132,28 @@ class CudaCache(Cache):
         self.ring_events = None  # events after each step: [0], [1] for the ring's slots, [2] for argmax_host
         self.sampler = None  # device_sampler.DeviceSampler of the batch, made at the first sample_prefill / step
         self.prefill_logits = None  # [B, V] device logits of sample_prefill's rows
+        self.rows_steps = {}  # n -> _RowsStep: sample_rows' decode steps of n rows (CudaRunner._decode_rows)
+        self.rows_logits = None  # [B, V] device logits, rows 0 .. n - 1 those of a sample_rows step of n rows
+
+
+class _RowsStep:
+    """A decode step of n rows of a CudaCache, in any order (sample_rows): the step's own ints (ids, seq = the
+    rows' cache rows, pos, lengths) and pinned buffers, its graph and DeviceSampler; the cache's KV and the
+    first n rows of its rows_logits. Quacks as the cache in _decode_step / _decode_kernels, whose seq says
+    each row's cache row (the K / V store and attention_decode's slots)."""
+
+    def __init__(self, cache: CudaCache, n: int, vocab: int):
+        self.batch = n
+        self.kv, self.batch_stride = cache.kv, cache.batch_stride
+        if cache.rows_logits is None:
+            cache.rows_logits = cp.empty((cache.batch, vocab), cp.float32)
+        self.logits = cache.rows_logits[:n]  # [n, V], contiguous
+        self.step = cp.empty((4, n), cp.int32)
+        self.step_host = _pinned((4, n), np.int32)
+        self.argmax_host = _pinned((n,), np.int32)
+        self.graph = None
+        self.warm = False
+        self.sampler = None  # DeviceSampler of n rows, or False where the vocabulary is too wide for it
 
 
 class CudaRunner(Runner):
@@ -181,6 +206,8 @@ class CudaRunner(Runner):
         self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
         self._fwd = None  # forward_device's graphs (_ForwardGraphs), made at its first call
         self._screen = None  # lm_head.ScreenTable of wte_dec, made at the first screened step
+        self._draws = None  # sample_logits: {B: DeviceSampler, or False where too wide}
+        self._draw_logits = None  # sample_logits' device logits [>= B, V]
 
     def memory_limit(self) -> Optional[int]:
         """Bytes a run state may take: the GPU's free memory now, less a quarter for the step's
@@ -323,7 +350,8 @@ class CudaRunner(Runner):
             # max_len = n_ctx: the bound on every step's lengths (the launch does not depend on it)
             attend = lambda qkv, out: attention.attention_decode(  # noqa: E731
                 qkv, k_cache, v_cache, d_len, out, n_head=c.n_head, q_stride=3 * c.n_embd,
-                cache_batch_stride=cache.batch_stride, max_len=c.n_positions)
+                cache_batch_stride=cache.batch_stride, max_len=c.n_positions, slots=d_seq,
+                cache_rows=cache.kv.shape[0])
             if path.blocks == "gemv":
                 kv = (d_seq, d_pos, k_cache, v_cache, cache.batch_stride)
                 self._decode_block_gemv(w, self.dec_mats[layer], b, attend, kv)
@@ -549,6 +577,81 @@ class CudaRunner(Runner):
         with self.stream:
             ds.launch(logits, batch, cache.pos.copy(), self.stream)
         return ds.result(self.stream)
+
+    def sample_rows(self, cache: Cache, rows: Sequence[int], tokens: np.ndarray, batch: SamplingBatch) -> SampleOutput:
+        """sample_step on rows ``rows`` of the cache only, in that order: one decode step of len(rows) rows
+        (_decode_rows: a graph per number of rows; each row's K / V and attention at its own cache row), then
+        the draw on the device; the other rows are not touched. All the rows in order: sample_step."""
+        rows, tokens = check_step_rows(cache, rows, tokens, self.config.vocab_size)
+        if batch.batch != len(rows):
+            raise ValueError(f"sample_rows got {batch.batch} sampling rows for {len(rows)} cache rows")
+        if rows == list(range(cache.batch)):
+            return self.sample_step(cache, tokens, batch)
+        st = cache.rows_steps.get(len(rows))
+        if st is None:
+            st = cache.rows_steps[len(rows)] = _RowsStep(cache, len(rows), self.config.vocab_size)
+        if st.sampler is None:
+            try:
+                st.sampler = device_sampler.DeviceSampler(len(rows), self.config.vocab_size)
+            except device_sampler.SamplerTooWide:
+                st.sampler = False
+        if st.sampler is False:
+            return super().sample_rows(cache, rows, tokens, batch)
+        rows = np.asarray(rows, np.int64)
+        self._decode_rows(cache, st, rows, tokens)
+        with self.stream:
+            st.sampler.launch(st.logits, batch, cache.pos[rows], self.stream)
+        return st.sampler.result(self.stream)
+
+    def sample_logits(self, logits: np.ndarray, batch: SamplingBatch, positions) -> SampleOutput:
+        """Host logits [B, V] up to the device and drawn there (kernels/sampler.cu; a DeviceSampler per B, kept),
+        only ids and log-probabilities back; the NumPy sampler where a row does not fit the kernel."""
+        logits = np.ascontiguousarray(logits, np.float32)
+        n, V = batch.batch, self.config.vocab_size
+        if logits.shape != (n, V):
+            raise ValueError(f"sample_logits needs logits [{n}, {V}] for {n} sampling rows; got {logits.shape}")
+        if self._draws is None:
+            self._draws = {}
+        ds = self._draws.get(n)
+        if ds is None:
+            try:
+                ds = self._draws[n] = device_sampler.DeviceSampler(n, V)
+            except device_sampler.SamplerTooWide:
+                ds = self._draws[n] = False
+        if ds is False:
+            return super().sample_logits(logits, batch, positions)
+        if self._draw_logits is None or self._draw_logits.shape[0] < n:
+            self._draw_logits = cp.empty((max(n, 8), V), cp.float32)
+        with self.stream:
+            dev = self._draw_logits[:n]
+            dev.set(logits, stream=self.stream)
+            ds.launch(dev, batch, np.asarray(positions, np.int64), self.stream)
+        return ds.result(self.stream)
+
+    def _decode_rows(self, cache: "CudaCache", st: _RowsStep, rows: np.ndarray, tokens: np.ndarray) -> None:
+        """Append tokens[i] to cache row rows[i] (ids already checked): one decode step of len(rows) rows, its
+        logits in st.logits. As _decode_device: the first step of a size eager, the second captured, later
+        ones replay it."""
+        for r in rows:
+            cache.check_room(int(r), 1)
+        pos = cache.pos[rows]
+        self.stream.synchronize()  # the previous step's copies have used the pinned buffers
+        st.step_host[:] = [tokens, rows, pos, pos + 1]  # ids, seq (cache rows), pos, lengths
+        with self.stream:
+            self._path(st.batch)  # the path's kernel state, made before any capture
+            if st.graph is not None:
+                st.graph.launch(self.stream)
+            elif self.use_graphs and st.warm:
+                self.stream.begin_capture()
+                try:
+                    self._decode_step(st)
+                finally:
+                    st.graph = self.stream.end_capture()
+                st.graph.launch(self.stream)
+            else:
+                self._decode_step(st)
+                st.warm = True
+        cache.pos[rows] += 1
 
     def decode(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
         logits = self._decode_device(cache, tokens)
