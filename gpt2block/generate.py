@@ -276,7 +276,7 @@ def _loop(runner: Runner, rows: list[_Row], batch: SamplingBatch, max_new_tokens
     greedy_stream = batch.all_greedy and not batch.penalised and not want_logprobs
 
     t0 = time.perf_counter()
-    cache = runner.new_cache(B)
+    cache = runner.generation_cache(B)
     out = runner.sample_prefill(cache, [r.prompt_ids for r in rows], batch)
     timing.prefill_s = time.perf_counter() - t0
     timing.first_token_at = time.perf_counter()

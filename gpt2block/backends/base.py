@@ -190,6 +190,13 @@ class Runner(ABC):
         cache.pos[others] -= 1
         return _pick(out, rows)
 
+    def generation_cache(self, batch: int) -> Cache:
+        """A cache of ``batch`` rows for one generation, emptied (every row at position 0). Default: a new
+        one. A backend may hand out the cache of its last generation of the same size again (the CUDA
+        backend does: its captured step graphs are kept with it), so a caller uses it until its next call
+        of generation_cache and never holds two."""
+        return self.new_cache(batch)
+
     def sample_steps(self, cache: Cache, tokens: np.ndarray, batch: SamplingBatch,
                      max_steps: Optional[int] = None) -> Iterator[np.ndarray]:
         """Sampled decode as a stream: feed ``tokens`` [batch], then each step's drawn ids back in.

@@ -182,6 +182,7 @@ class CudaRunner(Runner):
         self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
         self._fwd = None  # forward_device's graphs (_ForwardGraphs), made at its first call
         self._screen = None  # lm_head.ScreenTable of wte_dec, made at the first screened step
+        self._kept = None  # the last generation's cache (generation_cache)
 
     def memory_limit(self) -> Optional[int]:
         """Bytes a run state may take: the GPU's free memory now, less a quarter for the step's
@@ -191,7 +192,11 @@ class CudaRunner(Runner):
 
     def check_batch(self, batch: int) -> None:
         """Refuse a batch the GPU cannot hold, or one past the decode workspace's rows (n_positions),
-        before anything is allocated."""
+        before anything is allocated. A kept generation cache of another size is let go first (its memory
+        counts as free)."""
+        if self._kept is not None and self._kept.batch != batch:
+            self._kept = None
+            cp.get_default_memory_pool().free_all_blocks()
         super().check_batch(batch)
         if batch > self.config.n_positions:
             raise BatchTooLarge(f"{batch} rows: the cuda backend decodes at most n_positions = "
@@ -199,6 +204,15 @@ class CudaRunner(Runner):
 
     def new_cache(self, batch: int) -> CudaCache:
         return CudaCache(batch, self.config)
+
+    def generation_cache(self, batch: int) -> CudaCache:
+        """The cache of the last generation when it has ``batch`` rows (emptied; its step graphs, sampler and
+        buffers kept: a generation then captures no graph again), else a new one, which is kept instead."""
+        if self._kept is None or self._kept.batch != batch:
+            self._kept = None
+            self._kept = self.new_cache(batch)
+        self._kept.reset()
+        return self._kept
 
     # -- pieces --------------------------------------------------------------
 
