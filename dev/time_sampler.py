@@ -37,7 +37,7 @@ def main():
         logits = cp.asarray((rng.standard_normal((B, V)) * 3).astype(np.float32))
         prompts = [list(rng.integers(0, V, 128)) for _ in range(B)]
         for mode, p in MODES.items():
-            batch = SamplingBatch([p] * B, np.arange(B), np.zeros(B), prompts)
+            batch = SamplingBatch([p] * B, np.arange(B), np.zeros(B, np.int64), prompts)
             dev = ds.DeviceSampler(B, V)
             dev.launch(logits, batch, np.full(B, 128), stream)
             dev.result(stream)
