@@ -37,9 +37,13 @@ memory. greedy_steps() runs a second graph, the kernels alone, fed by the step b
 device, whose argmax kernel writes the ids straight into mapped host memory (no copy after the
 kernels: about 9 us a step less); the host queues step i + 1 before it waits for step i's
 argmax, so its own time per step (launch, Python) hides under the GPU's.
-Sampled steps (sample_prefill, sample_step) draw on the device (kernels/sampler.cu through
-sampler.DeviceSampler): the sampler kernel runs right after the step's graph on the same stream
-(not inside it), and only ids and log-probabilities come back. Where a row of logits does not fit
+Sampled steps draw on the device (kernels/sampler.cu through sampler.DeviceSampler); only ids and
+log-probabilities come back. sample_prefill and sample_step launch the sampler kernel after the step
+(its graph) on the same stream; sample_steps, as greedy_steps, runs a graph per step that holds the
+decode kernels and the draw, the draw writing the next step's ids (and counting them in the penalties'
+history) on the device and into mapped host memory, the host queuing step i + 1 before it waits for
+step i. sample_prefill prefills a prompt once for all the rows that share it (a prompt's n samples) and
+copies its keys, values and logits to the others. Where a row of logits does not fit
 one block's shared memory on the GPU, the NumPy sampler draws on the host instead.
 """
 

@@ -7,7 +7,9 @@ the device), and the outputs (ids, log-probabilities, the top-n) on the device a
 memory. ``launch`` queues on a stream: the words' upload, the kernel, the outputs' download; nothing
 is allocated and nothing waits there, so the three could be part of a CUDA graph. ``result`` waits
 for the stream and returns a sampler.SampleOutput; only ids (and log-probabilities when asked) cross
-to the host, never logits.
+to the host, never logits. Chained launches (``start_chain``, ``launch_chained``, ``end_chain``: the
+CUDA runner's sample_steps) upload the words once and then draw from a decode step's device ints, the
+kernel writing each draw into the next step's ids and the history: a launch that a graph can replay.
 """
 
 from __future__ import annotations
