@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Device time of one sample_rows_f32 launch (kernels/sampler.cu) at batch B, per mode, on random logits.
 
-python3 dev/time_sampler.py [--batches 1,8,64,256]
+cd <a checkout> && PYTHONPATH=$PWD python3 <this file> [--batches 1,8,64,256]   (times the checkout's sampler)
 
-Per (B, mode): the median of 20 launches between CUDA events (the kernel alone: the parameter words are
-uploaded before the first event), in microseconds, and per row. Needs a GPU and CuPy; a few seconds.
+Per (B, mode): the median of 20 DeviceSampler.launch calls between CUDA events (the kernel, with the upload
+of the parameter words and the download of the ids: a few microseconds), in microseconds. Needs a GPU and
+CuPy; a few seconds. Not yet run on the GPU in this form (its first form stopped on a float sample index).
 """
 
 import argparse
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path.cwd()))  # the tree to time: the working directory
 
 import cupy as cp  # noqa: E402
 
@@ -39,20 +40,17 @@ def main():
         for mode, p in MODES.items():
             batch = SamplingBatch([p] * B, np.arange(B), np.zeros(B, np.int64), prompts)
             dev = ds.DeviceSampler(B, V)
-            dev.launch(logits, batch, np.full(B, 128), stream)
+            positions = np.full(B, 128)
+            dev.launch(logits, batch, positions, stream)
             dev.result(stream)
-            with stream:
-                dev.start_chain(batch, stream)
-            step = cp.zeros((4, B), cp.int32)
             times = []
             for _ in range(20):
                 e0, e1 = cp.cuda.Event(), cp.cuda.Event()
                 e0.record(stream)
-                dev._launch_kernel(logits, batch.penalised, False, 0, None, step, None, stream)
+                dev.launch(logits, batch, positions, stream)
                 e1.record(stream)
-                e1.synchronize()
+                dev.result(stream)
                 times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
-            dev.end_chain()
             print(f"{B:>4} {mode:>17} {np.median(times):>9.1f}", flush=True)
 
 
