@@ -7,9 +7,7 @@
 //   2. temperature T (the host writes 0 for a greedy row): greedy = the argmax of the penalised logits,
 //      the lowest id among equal maxima; else e = exp(l / T - max(l) / T) (float64, stored as float32);
 //   3. top_k: the k-th largest penalised logit found by a radix select over the order-preserving bits
-//      of the float values (four 8-bit digit passes, histograms in shared memory); ties all kept; the
-//      select runs on the keys at or above the least of 64 thread groups' maxima where they are at least
-//      k and fit SAMPLER_CANDIDATES (the same k-th key: every key above it is among them);
+//      of the float values (four 8-bit digit passes, histograms in shared memory); ties all kept;
 //   4. top_p: on the masses of what top-k kept, the largest e threshold whose kept mass reaches
 //      top_p x the total, by the same radix select over the bits of e weighted by mass;
 //   5. min_p: e >= min_p (e is p / max(p));
@@ -55,8 +53,6 @@
 #endif
 
 #define SAMPLER_WARPS (SAMPLER_THREADS / 32)
-// top-k's candidate list (keys >= the least of the groups' maxima; beyond it the select runs on the whole row)
-#define SAMPLER_CANDIDATES 4096
 
 // The word layout of params [SW_WORDS, B] (row b's word w at params[w * B + b]).
 enum SamplerWord {
@@ -142,17 +138,6 @@ __device__ __forceinline__ int block_min(int v, int* sh) {
     return m;
 }
 
-__device__ __forceinline__ unsigned block_min_u32(unsigned v, unsigned* sh) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-    __syncthreads();
-    unsigned m = sh[0];
-    for (int w = 1; w < SAMPLER_WARPS; ++w) m = min(m, sh[w]);
-    __syncthreads();
-    return m;
-}
-
 // Inclusive scan of v over the block (thread order); *total gets the block's sum. sh: [SAMPLER_WARPS].
 __device__ __forceinline__ u64 block_scan(u64 v, u64* sh, u64* total) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -209,11 +194,8 @@ struct RadixScratch {
 // The largest key K with W(key >= K) >= target, over the V elements whose (key, weight) key_w(i) gives
 // (W(all) >= target >= 1 assumed). Four passes of 8 bits, most significant first: each histograms the
 // weight of the keys that share the prefix chosen so far, and picks the digit where the weight from the
-// top reaches the target. A warp adds its lanes of one digit together first, one digit at a time (a ballot
-// per distinct digit among its lanes: few, since a prefix leaves few digits in a warp's 32 keys), so that
-// one lane per digit and warp updates the shared histogram (UNIT: every weight is 1, a count by __popc; else
-// the weights' sum exactly, as three 32-bit __reduce_add_sync of 24-, 24- and 16-bit parts: every weight
-// is below 2^62, so each part's sum over 32 lanes fits 32 bits).
+// top reaches the target. A warp adds its lanes of one digit together first (__match_any_sync), so that
+// one lane per digit and warp updates the shared histogram (UNIT: every weight is 1, a count).
 template <bool UNIT, class KeyWeight>
 __device__ unsigned radix_select(KeyWeight key_w, int V, u64 target, RadixScratch& rs) {
     const int lane = threadIdx.x & 31;
@@ -229,26 +211,20 @@ __device__ unsigned radix_select(KeyWeight key_w, int V, u64 target, RadixScratc
             u64 w = 0;
             if (i < V) key_w(i, key, w);
             const bool in = w != 0 && (key & hi_mask) == prefix;
-            const unsigned digit = (key >> shift) & 255u;
-            unsigned todo = __ballot_sync(0xffffffffu, in);  // the same in every lane: the loop stays converged
-            while (todo) {
-                const int leader = __ffs(todo) - 1;
-                const unsigned d = __shfl_sync(0xffffffffu, digit, leader);
-                const unsigned group = __ballot_sync(0xffffffffu, in && digit == d);
-                u64 sum;
-                if (UNIT) {
-                    sum = (u64)__popc(group);
-                } else {
-                    const bool mine = (group >> lane) & 1u;
-                    const unsigned a = mine ? (unsigned)(w & 0xffffffu) : 0u;
-                    const unsigned b = mine ? (unsigned)((w >> 24) & 0xffffffu) : 0u;
-                    const unsigned c = mine ? (unsigned)(w >> 48) : 0u;
-                    sum = (u64)__reduce_add_sync(0xffffffffu, a) + ((u64)__reduce_add_sync(0xffffffffu, b) << 24) +
-                          ((u64)__reduce_add_sync(0xffffffffu, c) << 48);
+            if (!__any_sync(0xffffffffu, in)) continue;
+            const unsigned digit = in ? (key >> shift) & 255u : 256u;
+            const unsigned peers = __match_any_sync(0xffffffffu, digit);
+            u64 sum;
+            if (UNIT) {
+                sum = (u64)__popc(peers);
+            } else {
+                sum = 0;
+                for (int src = 0; src < 32; ++src) {
+                    const u64 v = __shfl_sync(0xffffffffu, w, src);
+                    if ((peers >> src) & 1u) sum += v;
                 }
-                if (lane == leader) atomicAdd(&rs.hist[d], sum);
-                todo &= ~group;
             }
+            if (in && __ffs(peers) - 1 == lane) atomicAdd(&rs.hist[digit], sum);
         }
         __syncthreads();
         // suffix sums over the digits, largest digit first: thread t < 256 holds digit 255 - t
@@ -301,9 +277,6 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
     __shared__ u64 shu[SAMPLER_WARPS];
     __shared__ RadixScratch rs;
     __shared__ int chosen;
-    __shared__ unsigned shu32[SAMPLER_WARPS];
-    __shared__ unsigned cand[SAMPLER_CANDIDATES];  // top-k's candidate keys
-    __shared__ int n_cand;
 
     const int row = blockIdx.x, B = gridDim.x, tid = threadIdx.x;
     const float* lg = logits + (long long)row * ld;
@@ -380,37 +353,8 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
         const int k = (int)params[SW_TOP_K * B + row];
         unsigned kth = 0;
         if (k > 0 && k < V) {
-            // Candidates first: t0 = the least of the groups' maxima (groups of 16 threads, 64 groups, for
-            // k <= 64; else each thread a group), so at least as many keys as non-empty groups are >= t0. Where the keys >= t0 number at least k and fit
-            // cand, the k-th largest key of the row is the k-th largest of them: the select runs on them alone.
-            const int gsize = k <= SAMPLER_THREADS / 16 ? 16 : 1;  // threads a group (k beyond 64: one each)
-            unsigned gmax = 0;  // 0 is no float's key (NaN excluded): an empty group
-            for (int i = tid; i < V; i += SAMPLER_THREADS) gmax = max(gmax, float_key(s[i]));
-            for (int o = 1; o < gsize; o <<= 1) gmax = max(gmax, __shfl_xor_sync(0xffffffffu, gmax, o));
-            const unsigned t0 = block_min_u32(gmax == 0 ? 0xffffffffu : gmax, shu32);
-            if (tid == 0) n_cand = 0;
-            __syncthreads();
-            for (int base = 0; base < V; base += SAMPLER_THREADS) {  // the same trips for every thread
-                const int i = base + tid;
-                const unsigned key = i < V ? float_key(s[i]) : 0u;
-                const bool c = i < V && key >= t0;
-                const unsigned ballot = __ballot_sync(0xffffffffu, c);
-                if (ballot == 0) continue;
-                const int lane = tid & 31;
-                int at = 0;
-                if (lane == 0) at = atomicAdd(&n_cand, __popc(ballot));
-                at = __shfl_sync(0xffffffffu, at, 0) + __popc(ballot & ((1u << lane) - 1u));
-                if (c && at < SAMPLER_CANDIDATES) cand[at] = key;
-            }
-            __syncthreads();
-            const int n = n_cand;
-            if (n >= k && n <= SAMPLER_CANDIDATES) {
-                auto by_cand = [&](int i, unsigned& key, u64& w) { key = cand[i]; w = 1; };
-                kth = radix_select<true>(by_cand, n, (u64)k, rs);
-            } else {
-                auto by_value = [&](int i, unsigned& key, u64& w) { key = float_key(s[i]); w = 1; };
-                kth = radix_select<true>(by_value, V, (u64)k, rs);
-            }
+            auto by_value = [&](int i, unsigned& key, u64& w) { key = float_key(s[i]); w = 1; };
+            kth = radix_select<true>(by_value, V, (u64)k, rs);
         }
         // 2. e = p / max(p), 0 outside the top-k set, over s in place
         const double zmax = (double)pmax / T;
