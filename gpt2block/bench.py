@@ -44,6 +44,10 @@ class Row:
         v = float(value)
         if kind == "ratio<=":
             ok = self.ratio is not None and self.ratio <= v
+        elif kind == "ratio>=":
+            ok = self.ratio is not None and self.ratio >= v
+        elif kind == "<=":
+            ok = self.ours <= v
         elif kind == ">=":
             ok = self.ours >= v
         elif kind == "peer_x>=":
@@ -403,6 +407,223 @@ def bench_decode(torch, reps, size="gpt2", batches=(1, 8), steps=128, compile_pe
     return res
 
 
+# -- generate(): the Python API, as a user runs it --------------------------------
+
+GENERATE_BATCHES = (1, 8, 64, 128, 256)
+GENERATE_PROMPT_LEN = 128  # tokens per prompt
+GENERATE_NEW = 128  # new tokens per prompt
+GENERATE_MODES = {  # name -> gpt2block.Model.generate's sampling arguments
+    "greedy": dict(temperature=0.0),
+    "t=1 top-k 50": dict(temperature=1.0, top_k=50),
+    "t=0.8 top-p 0.95": dict(temperature=0.8, top_k=0, top_p=0.95),
+    "repetition 1.2": dict(temperature=1.0, top_k=50, repetition_penalty=1.2),
+}
+GENERATE_PEER_MODES = ("greedy", "t=1 top-k 50")  # transformers' generate runs these (its sampled: the CLI default)
+GENERATE_REPS = 3  # timed generate() calls per batch and mode (after one warm-up): the section's time on an H200
+GENERATE_PEER_BUDGET_S = 60.0  # transformers' runs stop where the next one would pass this
+# The issue's targets (fp32 weights): sampled / greedy decode rate per batch, and wall tok/s at t=1 top-k 50.
+GENERATE_RATIO_TARGETS = {1: 0.85, 8: 0.95, 64: 0.95}
+GENERATE_WALL_TARGETS = {1: 4000, 8: 20000, 64: 80000, 128: 90000}
+GENERATE_PEER_X = 8  # t=1 top-k 50 wall tok/s against transformers' sampled, every batch
+GENERATE_PREFILL_TARGET_MS = (64, 20.0)  # prefill of 64 prompts within this many ms
+GENERATE_KERNEL_RATIO = 0.95  # b1 greedy decode through generate() / the runner's greedy stream
+
+
+def byte_tokenizer(vocab_size: int):
+    """A byte-level tokenizer without merges for a random checkpoint (tokenizers.Tokenizer): id b (< 256) is
+    byte b, ids 256 .. vocab_size - 2 are filler "<|unusedN|>" entries no text encodes to, the last id is
+    <|endoftext|>. A text of n ASCII letters encodes to exactly their n byte ids."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    from .tokenizer import byte_to_unicode
+
+    if vocab_size < 258:
+        raise ValueError(f"a byte tokenizer needs at least 258 ids; got {vocab_size}")
+    b2u = byte_to_unicode()
+    vocab = {b2u[b]: b for b in range(256)}
+    vocab.update({f"<|unused{i}|>": i for i in range(256, vocab_size - 1)})
+    vocab["<|endoftext|>"] = vocab_size - 1
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|endoftext|>"])
+    return tok
+
+
+def generate_prompts(batch: int, length: int = GENERATE_PROMPT_LEN, seed: int = 0) -> list[list[int]]:
+    """batch lists of ``length`` random ids of ASCII letters (byte_tokenizer's ids), from a fixed seed."""
+    letters = np.array([ord(c) for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"])
+    rng = np.random.default_rng(seed)
+    return [[int(t) for t in rng.choice(letters, length)] for _ in range(batch)]
+
+
+def bench_generate(torch, quick=False, batches=GENERATE_BATCHES, log=print):
+    """gpt2block.load(...).generate(...) on a random gpt2 checkpoint in Hugging Face's format (written by
+    save_pretrained, with byte_tokenizer), fp32: B prompts of GENERATE_PROMPT_LEN random letters (as many
+    tokens), GENERATE_NEW new tokens each, in each of GENERATE_MODES; per (B, mode) the median of
+    GENERATE_REPS timed calls after a warm-up (a call's seed is its index) of the result's timing: wall
+    tok/s (new tokens / the call's wall time, prefill included), decode tok/s (the decode steps alone),
+    prefill ms (every row's prefill and first token). transformers' generate on the same model and ids
+    (sdpa, fp32, min_new_tokens = max_new_tokens, eos ignored), greedy and t=1 top-k 50, one timed call per
+    batch after a warm-up, until the next call would pass GENERATE_PEER_BUDGET_S (the rest are skipped and
+    say so). Also the runner's greedy stream at batch 1 (the kernel benchmark's loop, bench._ours_decode_rate,
+    on the same prompt length) for the b1 ratio."""
+    import tempfile
+
+    from . import api
+
+    model_hf = _hf_model(torch, "gpt2")
+    V = model_hf.config.vocab_size
+    res = {"prompt_len": GENERATE_PROMPT_LEN, "new_tokens": GENERATE_NEW, "reps": GENERATE_REPS, "runs": []}
+    with tempfile.TemporaryDirectory() as d:
+        model_hf.save_pretrained(d)
+        byte_tokenizer(V).save(str(Path(d) / "tokenizer.json"))
+        model = api.load(d, backend="cuda", precision="fp32", log=lambda m: log(f"generate: {m}"))
+    tok = model.tokenizer
+    new = 32 if quick else GENERATE_NEW
+    res["new_tokens"] = new
+    for b in batches:
+        ids = generate_prompts(b)
+        texts = [tok.decode(x) for x in ids]
+        for t, x in zip(texts, ids):
+            if tok.encode(t) != x:
+                raise RuntimeError("bench_generate: a prompt does not encode back to its ids")
+        for mode, kw in GENERATE_MODES.items():
+            runs = []
+            for rep in range(GENERATE_REPS + 1):
+                out = model.generate(texts, new, seed=rep, **kw)
+                t = out[0].timing
+                if rep:
+                    runs.append((t.new_tokens / t.wall_s, t.decode_tokens_per_s, t.prefill_ms, t.new_tokens))
+            wall, dec, pre, n = (float(np.median(v)) for v in zip(*runs))
+            row = {"batch": b, "mode": mode, "wall_tok_s": wall, "decode_tok_s": dec, "prefill_ms": pre,
+                   "new_tokens": int(n), "asked_tokens": b * new}
+            res["runs"].append(row)
+            log(f"generate b{b} {mode}: wall {wall:,.0f} tok/s, decode {dec:,.0f} tok/s, prefill {pre:.1f} ms")
+    runner_ids = np.array(generate_prompts(1)[0])
+    res["runner_greedy_b1_tok_s"] = _ours_decode_rate_prompts(torch, model.runner, runner_ids, new, reps=5)
+    # transformers' generate, bounded in time
+    spent, peer = 0.0, {}
+    model_hf.generation_config.pad_token_id = V - 1
+    for mode in GENERATE_PEER_MODES:
+        sample = mode != "greedy"
+        kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=sample, pad_token_id=V - 1)
+        if sample:
+            kw.update(temperature=1.0, top_k=50, top_p=1.0)
+        with torch.no_grad():
+            warm = torch.tensor(generate_prompts(1), device="cuda")
+            model_hf.generate(warm, attention_mask=torch.ones_like(warm), **kw)
+        rate_per_row = None
+        for b in batches:
+            key = f"{mode}|{b}"
+            if rate_per_row is not None and spent + b * new / (rate_per_row * min(b, 64)) > GENERATE_PEER_BUDGET_S:
+                peer[key] = {"skipped": f"skipped: the run would pass the section's {GENERATE_PEER_BUDGET_S:.0f} s "
+                                        "for transformers"}
+                continue
+            x = torch.tensor(generate_prompts(b), device="cuda")
+            torch.manual_seed(0)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                y = model_hf.generate(x, attention_mask=torch.ones_like(x), **kw)
+            torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            spent += dt
+            made = (y.shape[1] - x.shape[1]) * b
+            peer[key] = {"wall_tok_s": made / dt, "new_tokens": int(made), "s": dt}
+            rate_per_row = made / dt / min(b, 64)  # per row, as if batch rows up to 64 ran side by side
+            log(f"transformers b{b} {mode}: {made / dt:,.0f} tok/s ({dt:.1f} s)")
+    res["peer"] = peer
+    del model, model_hf
+    return res
+
+
+def _ours_decode_rate_prompts(torch, runner, prompt, steps, reps):
+    """_ours_decode_rate on one given prompt at batch 1: runner.greedy_steps' tokens/s (median of reps)."""
+    cache = runner.new_cache(1)
+    times = []
+    for i in range(reps + 2):
+        cache.reset()
+        tok = np.array([int(np.argmax(runner.prefill(cache, 0, prompt)))])
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in runner.greedy_steps(cache, tok, max_steps=steps):
+            pass
+        torch.cuda.synchronize()
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    return steps / float(np.median(times))
+
+
+def generate_rows(g) -> list:
+    """The generate section's rows: the issue's targets against what the run measured."""
+    rows = []
+    runs = {(x["batch"], x["mode"]): x for x in g["runs"]}
+    peer = g.get("peer", {})
+    batches = sorted({x["batch"] for x in g["runs"]})
+
+    def peer_of(mode, b):
+        p = peer.get(f"{mode}|{b}", {})
+        return p.get("wall_tok_s"), p.get("skipped", "")
+
+    for b in batches:
+        k = runs.get((b, "t=1 top-k 50"))
+        if k is None:
+            continue
+        hf, skipped = peer_of("t=1 top-k 50", b)
+        note = f"decode {k['decode_tok_s']:,.0f} tok/s, prefill {k['prefill_ms']:.1f} ms"
+        if k["new_tokens"] < k["asked_tokens"]:
+            note += f"; {k['new_tokens']} of {k['asked_tokens']} tokens (rows that drew <|endoftext|> stopped)"
+        if b in GENERATE_WALL_TARGETS:
+            rows.append(Row(f"generate() b{b}, t=1 top-k 50, wall", k["wall_tok_s"], hf,
+                            "transformers generate, sampled", "tok/s", f">= {GENERATE_WALL_TARGETS[b]}",
+                            note + (f"; transformers {skipped}" if skipped else "")))
+        rows.append(Row(f"generate() b{b}, t=1 top-k 50, wall, against transformers", k["wall_tok_s"], hf,
+                        "transformers generate, sampled", "tok/s", f"peer_x>= {GENERATE_PEER_X}" if hf else "",
+                        skipped or note))
+    for b in batches:
+        g0 = runs.get((b, "greedy"))
+        if g0 is None:
+            continue
+        hf, skipped = peer_of("greedy", b)
+        rows.append(Row(f"generate() b{b}, greedy, wall", g0["wall_tok_s"], hf, "transformers generate, greedy",
+                        "tok/s", "", skipped or f"decode {g0['decode_tok_s']:,.0f} tok/s, prefill "
+                                               f"{g0['prefill_ms']:.1f} ms"))
+        for mode in GENERATE_MODES:
+            if mode == "greedy" or (b, mode) not in runs:
+                continue
+            target = GENERATE_RATIO_TARGETS.get(b)
+            rows.append(Row(f"generate() b{b}, {mode}: decode rate / greedy's", runs[(b, mode)]["decode_tok_s"],
+                            g0["decode_tok_s"], "gpt2block greedy decode, same B", "tok/s",
+                            f"ratio>= {target}" if target else ""))
+    pb, limit = GENERATE_PREFILL_TARGET_MS
+    if (pb, "greedy") in runs:
+        rows.append(Row(f"generate() prefill of {pb} prompts x {g['prompt_len']} tokens", runs[(pb, "greedy")]["prefill_ms"],
+                        None, "", "ms", f"<= {limit}", "the greedy calls' prefill (and first token)"))
+    if (1, "greedy") in runs and g.get("runner_greedy_b1_tok_s"):
+        rows.append(Row("generate() b1 greedy decode / the runner's greedy stream", runs[(1, "greedy")]["decode_tok_s"],
+                        g["runner_greedy_b1_tok_s"], f"runner.greedy_steps b1 after a {g['prompt_len']}-token prompt",
+                        "tok/s", f"ratio>= {GENERATE_KERNEL_RATIO}"))
+    return rows
+
+
+def generate_table(g) -> list:
+    """Markdown lines: every (B, mode) of the generate section with transformers' figures."""
+    peer = g.get("peer", {})
+    lines = ["", f"generate(): B prompts x {g['prompt_len']} tokens, {g['new_tokens']} new tokens each, fp32 "
+             f"(median of {g['reps']} calls)", "",
+             "| B | mode | wall tok/s | decode tok/s | prefill ms | new tokens | transformers wall tok/s | ratio |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for x in g["runs"]:
+        p = peer.get(f"{x['mode']}|{x['batch']}", {})
+        hf = p.get("wall_tok_s")
+        peer_cell = f"{hf:,.0f}" if hf else p.get("skipped", "")
+        ratio = f"{x['wall_tok_s'] / hf:.1f}x" if hf else ""
+        lines.append(f"| {x['batch']} | {x['mode']} | {x['wall_tok_s']:,.0f} | {x['decode_tok_s']:,.0f} | "
+                     f"{x['prefill_ms']:.1f} | {x['new_tokens']} | {peer_cell} | {ratio} |")
+    return lines
+
+
 # -- report ----------------------------------------------------------------------
 
 def make_rows(r):
@@ -442,6 +663,8 @@ def make_rows(r):
                         f"programmatic launch; plain launch {ln['ours_plain_TBps'] / r['ceilings']['copy_TBps']:.0%}); "
                         f"a same-size copy {ln['copy_same_size_TBps'] / r['ceilings']['copy_TBps']:.0%}; "
                         f"between events {ln['ours_event_TBps'] / r['ceilings']['copy_TBps']:.0%}"))
+    if "generate" in r:
+        rows += generate_rows(r["generate"])
     if "decode_xl" in r:
         x = r["decode_xl"]
         rows.append(Row("gpt2-xl greedy decode b1, fp32", x.get("ours_fp32_b1_tok_s"), x.get("hf_sdpa_b1_tok_s"),
@@ -463,6 +686,8 @@ def markdown(r, rows):
         ratio = "" if row.ratio is None else f"{row.ratio:.2f}x"
         lines.append(f"| {row.what} | {f(row.ours)} {row.unit} | {row.peer_name} | {f(row.peer)} | {ratio} | "
                      f"{row.target} | {row.verdict()} | {row.note} |")
+    if r.get("generate"):
+        lines += generate_table(r["generate"])
     if r.get("solve"):
         lines += ["", "| seq_len | ours fp32 ms | ours tf32 ms | torch fp32 ms | torch tf32 ms | ours fp32 TFLOP/s | "
                   "ours fp32 err | torch fp32 err |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -584,8 +809,10 @@ def plot(r, path):
     return True
 
 
-def run_bench(out_dir, reps=20, quick=False, sections=("ceilings", "solve", "layernorm", "prefill", "decode",
-                                                       "decode_xl"), log=print):
+SECTIONS = ("ceilings", "solve", "layernorm", "prefill", "decode", "decode_xl", "generate")
+
+
+def run_bench(out_dir, reps=20, quick=False, sections=SECTIONS, log=print):
     """Run the benchmark; write bench.json, bench.md and bench.png into out_dir. Returns the results."""
     try:
         import torch
@@ -616,6 +843,8 @@ def run_bench(out_dir, reps=20, quick=False, sections=("ceilings", "solve", "lay
         r["decode_xl"] = bench_decode(torch, reps, "gpt2-xl", batches=(1,), steps=32 if quick else 64,
                                       compile_peer=False)
         log(f"decode_xl: {r['decode_xl']}")
+    if "generate" in sections:
+        r["generate"] = bench_generate(torch, quick, log=log)
     rows = make_rows(r)
     r["rows"] = [dict(row.__dict__, ratio=row.ratio, verdict=row.verdict()) for row in rows]
     (out / "bench.json").write_text(json.dumps(r, indent=1, default=float))

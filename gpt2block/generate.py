@@ -4,14 +4,16 @@ Rows are prompts x num_samples (row r is prompt r // num_samples, sample
 r % num_samples), all in one Cache. The rows are prefilled together (each from
 position 0) and their first tokens drawn; then every step appends one token to
 every row and draws the next (Runner.sample_step), or, for greedy rows without
-penalties or log-probabilities, runs the runner's greedy step stream. Per step
+penalties or log-probabilities, runs the runner's greedy step stream, and for other rows without
+log-probabilities its sampled step stream (Runner.sample_steps: each row fed its own draw). Per step
 the loop handles ids only: logits stay with the runner.
 
 A row stops at <|endoftext|> (reason "eot"), at a user stop string ("stop": the
 text is cut before it) or after max_new_tokens ("length"). A prompt longer than
 n_ctx - max_new_tokens keeps its last n_ctx - max_new_tokens tokens (with a
 warning), so max_new_tokens is always honoured. A finished row keeps no more
-output; it is fed <|endoftext|> to keep the batch shape until every row is done.
+output; it keeps its place in the batch until every row is done (fed <|endoftext|> by the loop, or its
+own argmax or draw inside a runner's step stream), its later tokens not taken.
 
 Randomness: row r draws with the seed of its call and sample index r %
 num_samples, at the position of the token drawn (sampler.py's Philox contract),
@@ -278,15 +280,16 @@ def _loop(runner: Runner, rows: list[_Row], batch: SamplingBatch, max_new_tokens
     greedy_stream = batch.all_greedy and not batch.penalised and not want_logprobs
 
     t0 = time.perf_counter()
-    cache = runner.new_cache(B)
+    cache = runner.generation_cache(B)
     out = runner.sample_prefill(cache, [r.prompt_ids for r in rows], batch)
     timing.prefill_s = time.perf_counter() - t0
     timing.first_token_at = time.perf_counter()
     ids = out.ids  # [B]
 
     t0 = time.perf_counter()
-    # greedy: the runner's step stream, fed on the device by its own argmax (the CUDA backend queues the
-    # next step before this loop takes the current one); started again from the host when it ends
+    # the runner's step stream (greedy: fed by its own argmax; sampled without log-probabilities: by its own
+    # draws; the CUDA backend feeds them on the device and queues the next step before this loop takes the
+    # current one), started again from the host when it ends; with log-probabilities, step by step
     steps = None
     try:
         while True:
@@ -303,9 +306,10 @@ def _loop(runner: Runner, rows: list[_Row], batch: SamplingBatch, max_new_tokens
                     continue
                 steps = None
             feed = np.array([eot if r.done else int(ids[b]) for b, r in enumerate(rows)], np.int64)  # [B]
-            if greedy_stream:
+            if greedy_stream or not want_logprobs:
                 budget = max(max_new_tokens - len(r.output_ids) for r in rows if not r.done)
-                steps = runner.greedy_steps(cache, feed, max_steps=budget)
+                steps = (runner.greedy_steps(cache, feed, max_steps=budget) if greedy_stream
+                         else runner.sample_steps(cache, feed, batch, max_steps=budget))
                 ids, out = next(steps), None  # [B]
             else:
                 out = runner.sample_step(cache, feed, batch)

@@ -35,6 +35,13 @@
 // first, lower id first among ties), u [B]
 // (the uniform used; for the tests).
 //
+// Chained steps (step != NULL: a decode step's ints [4, B] = ids, seq, pos, lengths on the device, already
+// moved on by the step's argmax): the row's Philox position is pos (the drawn token's), not SW_POSITION;
+// the drawn id replaces the argmax in ids (0 for a row that draws -1, so the next step's embedding reads a
+// valid row; the host raises on the -1 it finds in host_ids), the history counts it (the next step's
+// penalties see it without the host), and host_ids [B] (mapped host memory, or NULL) gets it. SW_APPEND is
+// reset to -1 once applied, so a graph that replays the launch never adds it again.
+//
 // Launch: grid = B, block = SAMPLER_THREADS, dynamic shared memory 4 V bytes (the row's values).
 // No allocation, no host synchronisation: a launch may be captured in a CUDA graph.
 #include "common.cuh"
@@ -253,14 +260,16 @@ __device__ unsigned radix_select(KeyWeight key_w, int V, u64 target, RadixScratc
 extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
     const float* __restrict__ logits,    // [B, V], row stride ld
     int V, int ld,
-    const unsigned* __restrict__ params,  // [SW_WORDS, B]
+    unsigned* __restrict__ params,        // [SW_WORDS, B] (SW_APPEND reset to -1 once applied)
     int* __restrict__ history,            // [B, V] or NULL
     int* __restrict__ ids,                // [B]
     float* __restrict__ logprob,          // [B] or NULL
     int top_n,                            // 0 to 20
     int* __restrict__ top_ids,            // [B, top_n] or NULL (top_n 0)
     float* __restrict__ top_logprobs,     // [B, top_n] or NULL (top_n 0)
-    float* __restrict__ u_out) {          // [B] or NULL
+    float* __restrict__ u_out,            // [B] or NULL
+    int* __restrict__ step,               // [4, B] or NULL: a chained decode step's ints (above)
+    int* __restrict__ host_ids) {         // [B] mapped host memory or NULL
     extern __shared__ float s[];  // [V]: the row's penalised logits, then its e values
     __shared__ float shf[SAMPLER_WARPS];
     __shared__ int shi[SAMPLER_WARPS];
@@ -287,6 +296,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
     if (bad || rmax == NEG_INF_F32) {  // the same for every thread of the block
         if (tid == 0) {
             ids[row] = -1;
+            if (host_ids != nullptr) host_ids[row] = -1;  // step's ids keep the argmax: a valid id
             if (logprob != nullptr) logprob[row] = __int_as_float(0x7fc00000);
         }
         return;
@@ -305,6 +315,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
     if (hist != nullptr) {
         const int add = (int)params[SW_APPEND * B + row];
         if (tid == 0 && add >= 0 && add < V) hist[add] += 1;
+        if (tid == 0) params[SW_APPEND * B + row] = 0xffffffffu;  // applied once (a replayed launch adds nothing)
         __syncthreads();  // the block's own write: visible to its threads after the barrier
     }
     if (hist != nullptr && (rep != 1.0f || pres != 0.0f || freq != 0.0f)) {
@@ -327,7 +338,8 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
     pmax = block_max(pmax, shf);
 
     const double T = param_f64(params, SW_TEMPERATURE, row, B);
-    const unsigned x0 = philox_x0(params[SW_POSITION * B + row], params[SW_SAMPLE * B + row], 0u, 0u,
+    const unsigned position = step != nullptr ? (unsigned)step[2 * B + row] : params[SW_POSITION * B + row];
+    const unsigned x0 = philox_x0(position, params[SW_SAMPLE * B + row], 0u, 0u,
                                   params[SW_SEED * B + row], params[(SW_SEED + 1) * B + row]);
     const unsigned k24 = x0 >> 8;
     int id;
@@ -398,6 +410,11 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
 
     if (tid == 0) {
         ids[row] = id;
+        if (step != nullptr) {
+            step[row] = id >= 0 ? id : 0;
+            if (hist != nullptr && id >= 0) hist[id] += 1;  // after every thread's last read of the row (barriers above)
+        }
+        if (host_ids != nullptr) host_ids[row] = id;
         if (u_out != nullptr) u_out[row] = (float)k24 * 0x1p-24f;
         if (logprob != nullptr) logprob[row] = id >= 0 ? (float)((double)lg[id] - lse) : __int_as_float(0x7fc00000);
     }

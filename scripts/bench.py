@@ -11,14 +11,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpt2block.bench import run_bench  # noqa: E402
+from gpt2block.bench import SECTIONS, run_bench  # noqa: E402
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="bench-out")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--quick", action="store_true", help="fewer sizes and steps")
-    ap.add_argument("--sections", default="ceilings,solve,layernorm,prefill,decode,decode_xl")
+    ap.add_argument("--sections", default=",".join(SECTIONS))
     a = ap.parse_args()
     if a.reps < 20 and not a.quick:
         ap.error("--reps must be at least 20 (medians of at least 20 runs)")

@@ -44,13 +44,17 @@ def _fake_cupy() -> ModuleType:
 
 def _model_launch(k, grid, block, args, shared_mem=0, stream=None):
     """sample_rows_f32 in NumPy: the words decoded, the history appended and applied, kernel_draw."""
-    logits, V, ld, params, history, ids, logprob, top_n, top_ids, top_lp, u_out = args
+    logits, V, ld, params, history, ids, logprob, top_n, top_ids, top_lp, u_out, step, host_ids = args
     V, top_n, B = int(V), int(top_n), grid[0]
     w = np.asarray(params)
+    chained = isinstance(step, np.ndarray)
+    host = (np.ctypeslib.as_array((ctypes.c_int32 * B).from_address(int(host_ids))) if int(host_ids) else None)
     for b in range(B):
         raw = np.asarray(logits[b], np.float32)
         if np.isnan(raw).any() or np.isposinf(raw).any() or np.isneginf(raw).all():
             ids[b] = -1
+            if host is not None:
+                host[b] = -1
             continue
         def f64(i):
             return float(np.array([w[i, b], w[i + 1, b]], np.uint32).view(np.float64)[0])
@@ -61,6 +65,7 @@ def _model_launch(k, grid, block, args, shared_mem=0, stream=None):
             add = int(w[sp.SW_APPEND, b:b + 1].view(np.int32)[0])
             if add >= 0:
                 h[add] += 1
+            w[sp.SW_APPEND, b] = np.uint32(0xFFFFFFFF)  # applied once
             for i in np.flatnonzero(h):
                 v = l[i]
                 if rep != 1:
@@ -71,8 +76,15 @@ def _model_launch(k, grid, block, args, shared_mem=0, stream=None):
                 l[i] = v
         p = SamplingParams(temperature=f64(sp.SW_TEMPERATURE), top_k=int(w[sp.SW_TOP_K, b]),
                            top_p=f64(sp.SW_TOP_P), min_p=f64(sp.SW_MIN_P))
-        x0 = philox4x32([w[sp.SW_POSITION, b], w[sp.SW_SAMPLE, b], 0, 0], [w[sp.SW_SEED, b], w[sp.SW_SEED + 1, b]])[0]
+        position = int(step[2, b]) if chained else w[sp.SW_POSITION, b]
+        x0 = philox4x32([position, w[sp.SW_SAMPLE, b], 0, 0], [w[sp.SW_SEED, b], w[sp.SW_SEED + 1, b]])[0]
         ids[b] = kernel_draw(l, p, int(x0) >> 8)
+        if chained:
+            step[0, b] = max(int(ids[b]), 0)
+            if isinstance(history, np.ndarray) and ids[b] >= 0:
+                history[b, ids[b]] += 1
+        if host is not None:
+            host[b] = ids[b]
         lp = raw_logprobs(raw)
         if isinstance(logprob, np.ndarray):
             logprob[b] = lp[ids[b]]
@@ -147,3 +159,52 @@ def test_device_sampler_refuses_bad_input(ds):
         dev.result(STREAM)
     with pytest.raises(ds.SamplerTooWide, match="at most 57088 ids"):
         ds.DeviceSampler(1, 60000)
+
+
+def test_chained_launches_feed_their_draws_forward(ds):
+    """start_chain / launch_chained as CudaRunner._sample_steps runs them: the step's ints give each row's
+    position and receive its draw, the history counts every draw on the "device" (the host's lists are
+    not read after start_chain), host_ids get the ids; each step equals sample() on the same logits with
+    the histories holding every draw. end_chain makes the next launch write the rows afresh."""
+    B, V, steps = 4, 300, 5
+    rng = np.random.default_rng(21)
+    params = [SamplingParams(temperature=0.9, top_k=20, repetition_penalty=1.4),
+              SamplingParams(temperature=0.0, presence_penalty=1.0),
+              SamplingParams(top_k=0, top_p=0.8, frequency_penalty=0.8), SamplingParams(temperature=1.3)]
+    prompts = [list(rng.integers(0, V, n)) for n in (3, 1, 8, 5)]
+    batch = SamplingBatch(params, [5, 6, 7, 8], [0, 1, 0, 2], prompts)
+    dev = ds.DeviceSampler(B, V)
+    pos = np.array([len(p) for p in prompts])
+    first = (rng.standard_normal((B, V)) * 2).astype(np.float32)
+    dev.launch(ds.cp.asarray(first), batch, pos, STREAM)  # the prefill's draw, taken by the loop
+    drawn = [[int(t)] for t in dev.result(STREAM).ids]
+    for b in range(B):
+        batch.output_ids[b].append(drawn[b][0])
+    host = np.zeros(B, np.int32)
+    host_ids = SimpleNamespace(device_ptr=host.ctypes.data)
+    step = ds.cp.asarray(np.stack([np.zeros(B), np.arange(B), pos, pos + 1]).astype(np.int32))
+    assert dev.start_chain(batch, STREAM) is True
+    with pytest.raises(ValueError, match="log-probabilities"):
+        dev.start_chain(SamplingBatch(params, [1] * B, [0] * B, prompts, logprobs=True), STREAM)
+    for i in range(steps):
+        step[2] += 1  # the step's argmax moved the ints on: pos = the drawn token's position
+        step[3] += 1
+        logits = (rng.standard_normal((B, V)) * 2).astype(np.float32)
+        dev.launch_chained(ds.cp.asarray(logits), step, host_ids, STREAM)
+        ref = sample(logits, params, seeds=batch.seeds, positions=np.asarray(step[2]),
+                     sample_indices=batch.sample_indices, prompt_ids=prompts, output_ids=drawn)
+        np.testing.assert_array_equal(host, ref.ids, err_msg=f"step {i}")
+        np.testing.assert_array_equal(step[0], ref.ids)
+        for b in range(B):
+            drawn[b].append(int(ref.ids[b]))
+    dev.end_chain()
+    with pytest.raises(RuntimeError, match="start_chain"):
+        dev.launch_chained(ds.cp.asarray(first), step, host_ids, STREAM)
+    # the loop took only the first two draws of the chain: the next launch rewrites every row from its lists
+    for b in range(B):
+        batch.output_ids[b][:] = drawn[b][:3]
+    logits = (rng.standard_normal((B, V)) * 2).astype(np.float32)
+    dev.launch(ds.cp.asarray(logits), batch, pos + 3, STREAM)
+    ref = sample(logits, params, seeds=batch.seeds, positions=pos + 3, sample_indices=batch.sample_indices,
+                 prompt_ids=prompts, output_ids=batch.output_ids)
+    np.testing.assert_array_equal(dev.result(STREAM).ids, ref.ids)

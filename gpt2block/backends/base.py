@@ -197,6 +197,39 @@ class Runner(ABC):
         token of a prompt prefilled in chunks). Default: the NumPy sampler; a device backend draws on the device."""
         return batch.draw(logits, positions)
 
+    def generation_cache(self, batch: int) -> Cache:
+        """A cache of ``batch`` rows for one generation, emptied (every row at position 0). Default: a new
+        one. A backend may hand out the cache of its last generation of the same size again (the CUDA
+        backend does: its captured step graphs are kept with it), so a caller uses it until its next call
+        of generation_cache and never holds two."""
+        return self.new_cache(batch)
+
+    def sample_steps(self, cache: Cache, tokens: np.ndarray, batch: SamplingBatch,
+                     max_steps: Optional[int] = None) -> Iterator[np.ndarray]:
+        """Sampled decode as a stream: feed ``tokens`` [batch], then each step's drawn ids back in.
+
+        Yields each step's ids [batch] (int64), drawn by ``batch`` as sample_step draws them, at most
+        ``max_steps`` steps (None: no limit); it ends after the step that fills some row's context. The
+        consumer appends the ids it takes to batch.output_ids before it asks for the next step (the
+        penalties' history); every row is fed its own draw, a row the consumer no longer takes included
+        (its draws then no longer matter). A backend may run one step ahead of the consumer, its draws fed
+        forward on the device (the CUDA backend does, when ``batch`` wants no log-probabilities); closing
+        the iterator takes back such a step, as greedy_steps does. Default: sample_step, step by step.
+        """
+        check_steps(max_steps)
+        if batch.batch != cache.batch:
+            raise ValueError(f"sample_steps got {batch.batch} sampling rows for a batch of {cache.batch}")
+        return self._sample_steps(cache, tokens, batch, max_steps)
+
+    def _sample_steps(self, cache, tokens, batch, max_steps):
+        n = 0
+        while max_steps is None or n < max_steps:
+            tokens = self.sample_step(cache, tokens, batch).ids
+            n += 1
+            yield tokens
+            if (cache.pos >= cache.n_ctx).any():
+                return
+
     def decode_greedy(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
         """Append one token to every row and return each row's argmax [batch] (int64)."""
         return np.argmax(check_logits(self.decode(cache, tokens)), axis=-1)

@@ -13,6 +13,19 @@ from gpt2block.sampler import SamplingBatch, SamplingParams, distribution, philo
 
 N_DRAWS = 10**6
 P_MIN = 1e-3
+CHECKED = []  # (what, draws, chi-square, degrees of freedom, p) of every distribution test: the summary's
+
+
+@pytest.fixture(scope="module", autouse=True)
+def p_value_summary():
+    """After the module: one line per distribution case and the worst p-value (visible with pytest -s)."""
+    yield
+    if CHECKED:
+        for what, n, stat, dof, p in CHECKED:
+            print(f"\nchi-square {what}: {n} draws, {stat:.1f} on {dof} dof, p = {p:.3g}", end="")
+        what, n, stat, dof, p = min(CHECKED, key=lambda c: c[4])
+        print(f"\nSAMPLER SUMMARY: {len(CHECKED)} distribution cases, {sum(c[1] for c in CHECKED)} draws in all; "
+              f"worst p = {p:.3g} ({what}: {n} draws, chi-square {stat:.1f} on {dof} dof)")
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +119,7 @@ def _check(counts, probs, what):
     first = np.flatnonzero(counts * (probs == 0))[:5]
     assert outside == 0, f"{what}: {outside} draws of ids outside the kept set (ids {first} ...)"
     stat, dof, p = chi_square(counts, probs)
+    CHECKED.append((what, int(counts.sum()), stat, dof, p))
     assert p >= P_MIN, f"{what}: chi-square {stat:.1f} on {dof} degrees of freedom, p = {p:.2e} < {P_MIN}"
 
 
@@ -299,3 +313,67 @@ def test_runner_samples_on_the_device_like_the_numpy_sampler(runner):
         logits = runner.decode(ref_cache, feed)
     assert skipped <= 1, f"{skipped} of {checked} draws differed from the NumPy sampler (near a boundary)"
     assert np.array_equal(cache.pos, ref_cache.pos)
+
+
+def _chain_batch(prompts):
+    params = [SamplingParams(temperature=0.9), SamplingParams(temperature=0), MODES["all"][0],
+              SamplingParams(temperature=0.8, top_k=0, top_p=0.95)]
+    return SamplingBatch(params, [7, 8, 9, 10], [0, 1, 0, 2], prompts)
+
+
+def test_sample_steps_draw_what_sample_step_draws(runner):
+    """The step stream (decode and draw in one graph, the draws fed forward and counted in the history on the
+    device, one step queued ahead) gives exactly the ids of sample_step called step by step with the host's
+    lists, and the same ids again on a second run (the same seed)."""
+    rng = np.random.default_rng(31)
+    prompts = [list(rng.integers(0, 50257, n)) for n in (3, 17, 8, 40)]
+    steps = 12
+
+    def stream():
+        batch = _chain_batch(prompts)
+        cache = runner.new_cache(4)
+        out = runner.sample_prefill(cache, prompts, batch)
+        for b in range(4):
+            batch.output_ids[b].append(int(out.ids[b]))
+        got = [out.ids]
+        it = runner.sample_steps(cache, out.ids, batch, max_steps=steps)
+        for ids in it:
+            got.append(ids)
+            for b in range(4):
+                batch.output_ids[b].append(int(ids[b]))
+        return np.stack(got), cache.pos.copy()
+
+    def stepwise():
+        batch = _chain_batch(prompts)
+        cache = runner.new_cache(4)
+        out = runner.sample_prefill(cache, prompts, batch)
+        got = [out.ids]
+        for _ in range(steps):
+            for b in range(4):
+                batch.output_ids[b].append(int(out.ids[b]))
+            out = runner.sample_step(cache, out.ids, batch)
+            got.append(out.ids)
+        return np.stack(got), cache.pos.copy()
+
+    a, pos_a = stream()
+    b, pos_b = stepwise()
+    c, _ = stream()
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, c)
+    np.testing.assert_array_equal(pos_a, pos_b)
+
+
+def test_sample_prefill_prefills_a_prompt_once_for_its_samples(runner, cp):
+    """Rows with the same prompt take the first row's keys, values and logits: bit for bit what prefilling
+    each row gives."""
+    rng = np.random.default_rng(32)
+    p, q = list(rng.integers(0, 50257, 11)), list(rng.integers(0, 50257, 5))
+    prompts = [p, p, p, q, q]
+    batch = SamplingBatch([SamplingParams()] * 5, [1] * 5, [0, 1, 2, 0, 1], prompts)
+    cache, ref = runner.new_cache(5), runner.new_cache(5)
+    runner.sample_prefill(cache, prompts, batch)
+    logits = runner.prefill_batch(ref, range(5), prompts)
+    np.testing.assert_array_equal(cp.asnumpy(cache.prefill_logits), logits)
+    for r, ids in enumerate(prompts):
+        np.testing.assert_array_equal(cp.asnumpy(cache.kv[r, :, :, :len(ids)]), cp.asnumpy(ref.kv[r, :, :, :len(ids)]))
+    np.testing.assert_array_equal(cache.pos, ref.pos)

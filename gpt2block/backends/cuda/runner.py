@@ -37,9 +37,13 @@ memory. greedy_steps() runs a second graph, the kernels alone, fed by the step b
 device, whose argmax kernel writes the ids straight into mapped host memory (no copy after the
 kernels: about 9 us a step less); the host queues step i + 1 before it waits for step i's
 argmax, so its own time per step (launch, Python) hides under the GPU's.
-Sampled steps (sample_prefill, sample_step) draw on the device (kernels/sampler.cu through
-sampler.DeviceSampler): the sampler kernel runs right after the step's graph on the same stream
-(not inside it), and only ids and log-probabilities come back. Where a row of logits does not fit
+Sampled steps draw on the device (kernels/sampler.cu through sampler.DeviceSampler); only ids and
+log-probabilities come back. sample_prefill and sample_step launch the sampler kernel after the step
+(its graph) on the same stream; sample_steps, as greedy_steps, runs a graph per step that holds the
+decode kernels and the draw, the draw writing the next step's ids (and counting them in the penalties'
+history) on the device and into mapped host memory, the host queuing step i + 1 before it waits for
+step i. sample_prefill prefills a prompt once for all the rows that share it (a prompt's n samples) and
+copies its keys, values and logits to the others. Where a row of logits does not fit
 one block's shared memory on the GPU, the NumPy sampler draws on the host instead. sample_rows (the
 server's continuous batching) steps only the rows it is given, in their order: a decode step of n rows
 (a graph per n, _RowsStep) whose seq names each row's cache row, which the K / V store and
@@ -55,7 +59,7 @@ import numpy as np
 
 from ...config import GPT2Config
 from ...layout import block_layout
-from ...sampler import SampleOutput, SamplingBatch
+from ...sampler import SampleOutput, SamplingBatch, SamplingError
 from ...weights import ModelWeights
 from ..base import BatchTooLarge, Cache, Runner, check_ids, check_step_rows
 from . import attention, decode_paths, linear, lm_head, modules, ops
@@ -134,6 +138,7 @@ class CudaCache(Cache):
         self.prefill_logits = None  # [B, V] device logits of sample_prefill's rows
         self.rows_steps = {}  # n -> _RowsStep: sample_rows' decode steps of n rows (CudaRunner._decode_rows)
         self.rows_logits = None  # [B, V] device logits, rows 0 .. n - 1 those of a sample_rows step of n rows
+        self.sample_chain = {}  # (slot, penalised) -> the graph of a chained sampled step (sample_steps)
 
 
 class _RowsStep:
@@ -208,6 +213,7 @@ class CudaRunner(Runner):
         self._screen = None  # lm_head.ScreenTable of wte_dec, made at the first screened step
         self._draws = None  # sample_logits: {B: DeviceSampler, or False where too wide}
         self._draw_logits = None  # sample_logits' device logits [>= B, V]
+        self._kept = None  # the last generation's cache (generation_cache)
 
     def memory_limit(self) -> Optional[int]:
         """Bytes a run state may take: the GPU's free memory now, less a quarter for the step's
@@ -217,7 +223,11 @@ class CudaRunner(Runner):
 
     def check_batch(self, batch: int) -> None:
         """Refuse a batch the GPU cannot hold, or one past the decode workspace's rows (n_positions),
-        before anything is allocated."""
+        before anything is allocated. A kept generation cache of another size is let go first (its memory
+        counts as free)."""
+        if self._kept is not None and self._kept.batch != batch:
+            self._kept = None
+            cp.get_default_memory_pool().free_all_blocks()
         super().check_batch(batch)
         if batch > self.config.n_positions:
             raise BatchTooLarge(f"{batch} rows: the cuda backend decodes at most n_positions = "
@@ -225,6 +235,15 @@ class CudaRunner(Runner):
 
     def new_cache(self, batch: int) -> CudaCache:
         return CudaCache(batch, self.config)
+
+    def generation_cache(self, batch: int) -> CudaCache:
+        """The cache of the last generation when it has ``batch`` rows (emptied; its step graphs, sampler and
+        buffers kept: a generation then captures no graph again), else a new one, which is kept instead."""
+        if self._kept is None or self._kept.batch != batch:
+            self._kept = None
+            self._kept = self.new_cache(batch)
+        self._kept.reset()
+        return self._kept
 
     # -- pieces --------------------------------------------------------------
 
@@ -558,10 +577,20 @@ class CudaRunner(Runner):
         if cache.prefill_logits is None:
             cache.prefill_logits = cp.empty((cache.batch, c.vocab_size), cp.float32)
         with self.stream:
+            first = {}  # (start, ids) -> the row that prefilled them: a prompt's n samples prefill once
             for r, ids in enumerate(rows):
                 start = int(cache.pos[r])
-                last = self._prefill(cache, r, ids, start, np.arange(start, start + len(ids)), False)  # [1, V]
-                cache.prefill_logits[r] = last[0]  # a device copy (a row of [B, V] is not 16-byte aligned)
+                key = (start, ids.tobytes())
+                src = first.get(key)
+                if src is None:
+                    first[key] = r
+                    last = self._prefill(cache, r, ids, start, np.arange(start, start + len(ids)), False)  # [1, V]
+                    cache.prefill_logits[r] = last[0]  # a device copy (a row of [B, V] is not 16-byte aligned)
+                else:  # the same tokens at the same positions: the source row's keys, values and logits
+                    end = start + len(ids)
+                    cache.kv[r, :, :, start:end] = cache.kv[src, :, :, start:end]
+                    cache.prefill_logits[r] = cache.prefill_logits[src]
+                    cache.pos[r] = end
             ds.launch(cache.prefill_logits, batch, cache.pos.copy(), self.stream)
         return ds.result(self.stream)
 
@@ -652,6 +681,85 @@ class CudaRunner(Runner):
                 self._decode_step(st)
                 st.warm = True
         cache.pos[rows] += 1
+    def _sample_steps(self, cache: Cache, tokens: np.ndarray, batch: SamplingBatch, max_steps: Optional[int]):
+        """Runs one step ahead, as _greedy_steps does: each step is the decode kernels and the draw
+        (kernels/sampler.cu) in one graph, the draw writing the next step's ids on the device (and into
+        mapped host memory) and counting them in the penalties' history there; step i + 1 is queued before
+        step i's ids are waited for. Step 0 is fed ``tokens`` from the host (_decode_device, then the draw).
+        A batch that wants log-probabilities, or logits too wide for the device sampler, steps through
+        sample_step instead."""
+        ds = self._device_sampler(cache)
+        if ds is None or batch.logprobs or batch.top_logprobs:
+            yield from super()._sample_steps(cache, tokens, batch, max_steps)
+            return
+        n_ctx = cache.n_ctx
+        if cache.argmax_ring is None:
+            cache.argmax_ring = [ops.MappedInts(cache.batch) for _ in range(2)]
+            cache.ring_events = [cp.cuda.Event(disable_timing=True) for _ in range(3)]
+        self._decode_device(cache, tokens)  # step 0's decode (its ints from the host)
+        with self.stream:
+            penalised = ds.start_chain(batch, self.stream)
+        launched, taken = 0, 0
+        try:
+            with self.stream:
+                ds.launch_chained(cache.logits, cache.step, cache.argmax_ring[0], self.stream)
+                cache.ring_events[0].record(self.stream)
+            launched = 1
+            waiting = (cache.ring_events[0], cache.argmax_ring[0].array)
+            while True:
+                ahead = None
+                if (max_steps is None or launched < max_steps) and (cache.pos < n_ctx).all():
+                    slot = launched % 2
+                    self._sample_chained(cache, ds, slot, penalised)
+                    ahead = (cache.ring_events[slot], cache.argmax_ring[slot].array)
+                    launched += 1
+                event, buf = waiting
+                event.synchronize()
+                taken += 1
+                ids = buf.astype(np.int64)
+                if (ids < 0).any():
+                    row = int(np.argmax(ids < 0))
+                    raise SamplingError(f"the logits of row {row} contain NaN or +inf, or are all -inf, or "
+                                        "overflowed under its penalties (the model's activations overflowed or its "
+                                        "weights are not usable); nothing can be sampled")
+                yield ids
+                if ahead is None:
+                    return
+                waiting = ahead
+        finally:
+            if launched > taken:  # closed with a step queued: wait for it and take it back
+                self.stream.synchronize()
+                cache.pos -= launched - taken
+            ds.end_chain()
+
+    def _sample_chained(self, cache: "CudaCache", ds, slot: int, penalised: bool) -> None:
+        """Queue one sampled step fed by the one before it on the device: the decode kernels (their
+        argmax moves cache.step on), then the draw, which puts its ids into cache.step and argmax_ring[slot];
+        then an event. One graph per (slot, penalised), captured at its first use."""
+        ring = cache.argmax_ring[slot]
+        key = (slot, penalised)
+
+        def queue():
+            with modules.programmatic_launches(self.programmatic):
+                self._decode_kernels(cache, cache.step, logits=True)
+            ds.launch_chained(cache.logits, cache.step, ring, self.stream)  # a plain launch: after the step
+
+        with self.stream:
+            self._path(cache.batch)  # its kernel state, made before any capture
+            graph = cache.sample_chain.get(key)
+            if graph is None and self.use_graphs:
+                self.stream.synchronize()  # once per slot: capture starts on an idle stream
+                self.stream.begin_capture()
+                try:
+                    queue()
+                finally:
+                    graph = cache.sample_chain[key] = self.stream.end_capture()
+            if graph is not None:
+                graph.launch(self.stream)
+            else:
+                queue()
+            cache.ring_events[slot].record(self.stream)
+        cache.pos += 1
 
     def decode(self, cache: Cache, tokens: np.ndarray) -> np.ndarray:
         logits = self._decode_device(cache, tokens)

@@ -7,7 +7,9 @@ the device), and the outputs (ids, log-probabilities, the top-n) on the device a
 memory. ``launch`` queues on a stream: the words' upload, the kernel, the outputs' download; nothing
 is allocated and nothing waits there, so the three could be part of a CUDA graph. ``result`` waits
 for the stream and returns a sampler.SampleOutput; only ids (and log-probabilities when asked) cross
-to the host, never logits.
+to the host, never logits. Chained launches (``start_chain``, ``launch_chained``, ``end_chain``: the
+CUDA runner's sample_steps) upload the words once and then draw from a decode step's device ints, the
+kernel writing each draw into the next step's ids and the history: a launch that a graph can replay.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class DeviceSampler:
         self.tracker = None  # HistoryTracker of the batch the history holds
         self._pending = None  # (log-probabilities wanted, top_n) of the launch queued last
         self._static = None  # the batch whose parameters params_host holds
+        self._chain = None  # during a run of chained launches: whether they read the history
 
     # ---- the history
 
@@ -141,11 +144,7 @@ class DeviceSampler:
                        rt.memcpyHostToDevice, s)
         k = kernel("sampler", "sample_rows_f32", build.sampler())
         want_lp = batch.logprobs or top_n > 0  # as sampler.sample: always with the top-n
-        args = (logits, np.int32(V), np.int32(V), self.params, self.history if append is not None else None,
-                self.ids, self.logprob if want_lp else None, np.int32(top_n),
-                self.top_ids if top_n else None, self.top_logprobs if top_n else None, u_out)
-        args = tuple(a if a is not None else np.uint64(0) for a in args)  # NULL pointers
-        launch_kernel(k, (B,), (THREADS,), args, shared_mem=4 * V, stream=stream)
+        self._launch_kernel(logits, append is not None, want_lp, top_n, u_out, None, None, stream)
         rt.memcpyAsync(self.ids_host.ctypes.data, self.ids.data.ptr, 4 * B, rt.memcpyDeviceToHost, s)
         if want_lp:
             rt.memcpyAsync(self.logprob_host.ctypes.data, self.logprob.data.ptr, 4 * B, rt.memcpyDeviceToHost, s)
@@ -155,6 +154,69 @@ class DeviceSampler:
             rt.memcpyAsync(self.top_logprobs_host.ctypes.data, self.top_logprobs.data.ptr, n,
                            rt.memcpyDeviceToHost, s)
         self._pending = (want_lp, top_n)
+
+    def _launch_kernel(self, logits, penalised: bool, want_lp: bool, top_n: int, u_out, step, host_ids,
+                       stream) -> None:
+        k = kernel("sampler", "sample_rows_f32", build.sampler())
+        V = self.V
+        args = (logits, np.int32(V), np.int32(V), self.params, self.history if penalised else None,
+                self.ids, self.logprob if want_lp else None, np.int32(top_n),
+                self.top_ids if top_n else None, self.top_logprobs if top_n else None, u_out,
+                step, None if host_ids is None else np.uint64(host_ids.device_ptr))
+        args = tuple(a if a is not None else np.uint64(0) for a in args)  # NULL pointers
+        launch_kernel(k, (self.B,), (THREADS,), args, shared_mem=4 * V, stream=stream)
+
+    # ---- chained steps (CudaRunner's sample steps: the draw fed forward on the device)
+
+    def start_chain(self, batch: SamplingBatch, stream) -> bool:
+        """Upload the words of ``batch`` for a run of chained launches (``launch_chained``), the history's rows
+        brought up to date first (the ids the loop took since the last launch are added by the first launch).
+        The chained launches add their own draws to the history on the device, so ``end_chain`` must follow
+        the run. -> whether the launches read the history (the batch has penalties)."""
+        if not isinstance(batch, SamplingBatch):
+            raise TypeError(f"batch must be a SamplingBatch; got {type(batch).__name__}")
+        if batch.batch != self.B:
+            raise ValueError(f"the device sampler holds {self.B} rows; the batch has {batch.batch}")
+        if batch.logprobs or batch.top_logprobs:
+            raise ValueError("chained draws return ids only: a batch that wants log-probabilities draws step by step")
+        if self._pending is not None:
+            stream.synchronize()  # the pinned words of the launch before are no longer read
+            self._pending = None
+        append = self._history_for(batch, stream) if batch.penalised else None
+        if self._static is not batch:
+            pack_static(batch, self.params_host)
+            self._static = batch
+        # positions: the chained launches read each row's from the step's ints (SW_POSITION unused)
+        pack_step(batch, np.zeros(self.B, np.int64), self.params_host, append)
+        rt = cp.cuda.runtime
+        rt.memcpyAsync(self.params.data.ptr, self.params_host.ctypes.data, self.params_host.nbytes,
+                       rt.memcpyHostToDevice, stream.ptr)
+        stream.synchronize()  # params_host is free again; once per run of steps
+        self._chain = append is not None
+        return self._chain
+
+    def launch_chained(self, logits, step, host_ids, stream) -> None:
+        """Queue the draw of every row from ``logits`` [B, V] (device float32) with the words start_chain
+        uploaded: step [4, B] int32 (the decode step's ints on the device) gets the drawn ids and gives the
+        positions; host_ids (ops.MappedInts of B) gets the ids too. Capturable: nothing is uploaded."""
+        if self._chain is None:
+            raise RuntimeError("launch_chained before start_chain")
+        if logits.shape != (self.B, self.V) or logits.dtype != cp.float32 or not logits.flags.c_contiguous:
+            raise ValueError(f"logits must be a C-contiguous CuPy float32 [{self.B}, {self.V}] array")
+        if step.shape != (4, self.B) or step.dtype != cp.int32:
+            raise ValueError(f"step must be a CuPy int32 [4, {self.B}] array")
+        self._launch_kernel(logits, self._chain, False, 0, None, step, host_ids, stream)
+
+    def end_chain(self) -> None:
+        """A run of chained launches is over: the device history holds draws the host's lists may not
+        (a finished row's, a step taken back), so its rows are written afresh at the next penalised launch."""
+        self._chain = None
+        self.tracker = None
+
+    @property
+    def chain_penalised(self):
+        """Whether the current run of chained launches reads the history (None: no run)."""
+        return self._chain
 
     def result(self, stream) -> SampleOutput:
         """Wait for the launch queued last and return its SampleOutput (ids [B] int64, ...)."""
