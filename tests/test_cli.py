@@ -53,11 +53,23 @@ class _BuildingRunner:
         self._report("prefill")
         return self._inner.sample_prefill(*args, **kw)
 
-    def sample_step(self, *args, **kw):
+    def _first_decode(self):
         if not self._decoded:
             self._decoded = True
             self._report("decode")
+
+    def sample_step(self, *args, **kw):
+        self._first_decode()
         return self._inner.sample_step(*args, **kw)
+
+    def sample_steps(self, *args, **kw):  # the sampled stream generate() uses
+        steps = self._inner.sample_steps(*args, **kw)
+        try:
+            for ids in steps:
+                self._first_decode()
+                yield ids
+        finally:
+            steps.close()
 
 
 def test_generate_keeps_build_messages_out_of_the_streamed_line(tiny_ckpt, monkeypatch):
