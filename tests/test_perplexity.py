@@ -16,9 +16,9 @@ TEXT = ("The cache remembers keys and values of earlier positions, so that decod
         "extravagant boxing matches. Numbers like 1024, 768, 50257 and 3.14159 appear in configuration files.")
 
 
-def guide_perplexity(model, ids, max_length, stride):
-    """The loop of transformers' 'Perplexity of fixed-length models' guide, on a torch model."""
-    input_all = torch.tensor([ids])
+def guide_perplexity(model, ids, max_length, stride, device=None):
+    """The loop of transformers' 'Perplexity of fixed-length models' guide, on a torch model (on ``device``)."""
+    input_all = torch.tensor([ids], device=device)
     seq_len = input_all.size(1)
     nll_sum, n_tokens, prev_end_loc = 0.0, 0, 0
     for begin_loc in range(0, seq_len, stride):

@@ -323,32 +323,7 @@ def _split_scratch(slots: int, tiles: int, stream=None) -> _SplitScratch:
 # -- packed prefill of several cache rows (attention_prefill_varlen_*) -----------------------------
 
 VARLEN_KERNELS = {"tf32x3f": "attention_prefill_varlen_tf32x3f", "tf32": "attention_prefill_varlen_tf32"}
-VARLEN_FIELDS = build.ATTN_VARLEN_FIELDS  # ints per entry of the tile table
-
-
-def varlen_tiles(lengths, pasts, rows) -> np.ndarray:
-    """The tile table of a packed prefill: segments i of lengths[i] new tokens (packed one after the
-    other), the first at position pasts[i] of cache row rows[i] -> int32 [entries, VARLEN_FIELDS], one
-    entry {q_row0, len, past, row, qt} per (segment, 64-query tile), the entries with the most keys
-    to visit first (the long ones start first and the short ones fill in behind them)."""
-    lengths = np.asarray(lengths, np.int64).reshape(-1)
-    pasts = np.asarray(pasts, np.int64).reshape(-1)
-    rows = np.asarray(rows, np.int64).reshape(-1)
-    if not lengths.size or lengths.shape != pasts.shape or lengths.shape != rows.shape:
-        raise ValueError(f"lengths, pasts and rows must be non-empty and of one length; got "
-                         f"{lengths.size}, {pasts.size}, {rows.size}")
-    if lengths.min() < 1 or pasts.min() < 0 or rows.min() < 0:
-        raise ValueError("every segment needs at least one token, a past >= 0 and a row >= 0")
-    if int((pasts + lengths).max()) > INT32_MAX or int(lengths.sum()) > INT32_MAX:
-        raise ValueError("a packed prefill's positions and rows must fit 32-bit ints")
-    n_tiles = -(-lengths // TILE)  # query tiles per segment
-    seg = np.repeat(np.arange(lengths.size), n_tiles)
-    qt = np.arange(seg.size) - np.repeat(np.cumsum(n_tiles) - n_tiles, n_tiles)
-    q_row0 = np.cumsum(lengths) - lengths
-    keys = pasts[seg] + np.minimum((qt + 1) * TILE, lengths[seg])  # keys the tile's last query sees
-    order = np.argsort(-keys, kind="stable")
-    table = np.stack([q_row0[seg], lengths[seg], pasts[seg], rows[seg], qt], axis=1)[order]
-    return np.ascontiguousarray(table, np.int32)
+VARLEN_FIELDS = build.ATTN_VARLEN_FIELDS  # ints per entry of the tile table (packing.varlen_tiles builds it)
 
 
 def attention_prefill_varlen(q, k_cache, v_cache, out, tiles, *, n_head: int, q_stride: int,
@@ -358,7 +333,7 @@ def attention_prefill_varlen(q, k_cache, v_cache, out, tiles, *, n_head: int, q_
 
     q: packed row i at q.data.ptr + i * q_stride (floats), T = the segments' tokens together; k_cache,
     v_cache: key p of cache row r at ptr + r * cache_batch_stride + p * D, the segments' own keys
-    already stored; tiles: int32 [entries, VARLEN_FIELDS] on the device, varlen_tiles' table (read by
+    already stored; tiles: int32 [entries, VARLEN_FIELDS] on the device, packing.varlen_tiles(..., TILE) (read by
     the kernel as given: the host checks it when it builds it); cache_rows, max_keys: the cache's
     rows and the most keys of any segment (past + len), bounds on what the table may address.
     variant: "tf32x3f" (fp32-level accuracy) or "tf32"."""

@@ -58,7 +58,7 @@ from ...layout import block_layout
 from ...sampler import SampleOutput, SamplingBatch
 from ...weights import ModelWeights
 from ..base import BatchTooLarge, Cache, Runner, check_batch_args, check_ids, check_step_rows, token_chunks
-from . import attention, decode_paths, linear, lm_head, modules, ops
+from . import attention, decode_paths, linear, lm_head, modules, ops, packing
 from . import sampler as device_sampler
 
 PREFILL_MAX_TOKENS = 8192  # tokens of one packed prefill pass (prefill_batch, window_nll_sums): its workspace
@@ -380,16 +380,12 @@ class CudaRunner(Runner):
         lengths = np.array([len(ids) for ids in id_lists], np.int64)
         pasts = cache.pos[rows].astype(np.int64)
         t = int(lengths.sum())
-        ints = np.empty((3, t), np.int32)  # ids, cache row, position of every packed token
-        ints[0] = np.concatenate(id_lists)
-        ints[1] = np.repeat(rows, lengths)
-        ints[2] = np.arange(t) - np.repeat(np.cumsum(lengths) - lengths - pasts, lengths)
-        dev = cp.asarray(ints)
+        dev = cp.asarray(packing.packed_ints(id_lists, rows, pasts))  # ids, cache row, position of every token
         d_ids, d_seq, d_pos = dev[0], dev[1], dev[2]
         ws = self._packed_ws(t)
         ops.embedding(d_ids, d_pos, self.wte, self.wpe, ws.x[:t])
         single = len(rows) == 1
-        tiles = None if single else cp.asarray(attention.varlen_tiles(lengths, pasts, rows))
+        tiles = None if single else cp.asarray(packing.varlen_tiles(lengths, pasts, rows, attention.TILE))
         max_keys = int((pasts + lengths).max())
         for layer, w in enumerate(self.block_views):
             k_cache, v_cache = cache.kv[0, layer, 0], cache.kv[0, layer, 1]
@@ -453,10 +449,9 @@ class CudaRunner(Runner):
                 k = len(group)
                 cache.pos[:] = 0
                 ws, lengths = self._packed_pass(cache, list(range(k)), [ids for ids, _ in group])
-                starts = np.cumsum(lengths) - lengths
-                picks = np.concatenate([np.arange(s + f - 1, s + len(ids) - 1) for s, (ids, f) in zip(starts, group)])
-                targets = cp.asarray(np.concatenate([ids[f:] for ids, f in group]))
-                owner = cp.asarray(np.repeat(np.arange(k), [len(ids) - f for ids, f in group]))
+                picks, owner = packing.window_picks(lengths, [f for _, f in group])
+                targets = cp.asarray(np.concatenate([ids[f:] for ids, f in group]))  # the label of each pick
+                owner = cp.asarray(owner)
                 sums = cp.zeros(k, cp.float64)
                 for a, b, logits in self._packed_head(ws, picks):
                     sums += cp.bincount(owner[a:b], weights=nll_rows(logits, targets[a:b]), minlength=k)
@@ -681,7 +676,8 @@ class CudaRunner(Runner):
 
     def sample_prefill(self, cache: Cache, id_lists: Sequence[Sequence[int]], batch: SamplingBatch) -> SampleOutput:
         """Prefill rows 0 .. B-1 in packed passes (as prefill_batch; each row's last logits into a device
-        [B, V] buffer) and draw each row's first token on the device (kernels/sampler.cu); only ids and log-probabilities come back."""
+        [B, V] buffer) and draw each row's first token on the device (kernels/sampler.cu); only ids and
+        log-probabilities come back."""
         if len(id_lists) != cache.batch or batch.batch != cache.batch:
             raise ValueError(f"sample_prefill needs one prompt and one sampling row per cache row ({cache.batch}); "
                              f"got {len(id_lists)} prompts and {batch.batch} sampling rows")
@@ -699,7 +695,8 @@ class CudaRunner(Runner):
                 i0 = chunk[0]  # rows 0 .. B-1 in order: a chunk's rows are consecutive
                 ws, lengths = self._packed_pass(cache, chunk, [rows[i] for i in chunk])
                 for a, b, logits in self._packed_head(ws, np.cumsum(lengths) - 1):
-                    cache.prefill_logits[i0 + a:i0 + b] = logits  # a device copy (rows of [B, V] are not 16-byte aligned)
+                    # a device copy (the LM head writes whole 16-byte aligned arrays; rows of [B, V] are not)
+                    cache.prefill_logits[i0 + a:i0 + b] = logits
             ds.launch(cache.prefill_logits, batch, cache.pos.copy(), self.stream)
         return ds.result(self.stream)
 
