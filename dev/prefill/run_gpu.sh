@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The packed prefill's GPU tests, its timings and the perplexity comparison in one run, from the repository root.
-# Usage on the GPU machine: bash dev/prefill/run_gpu.sh [tests|time|regress]...; logs in $OUT (or ./gpu-out).
+# Usage on the GPU machine: bash dev/prefill/run_gpu.sh [tests|time|errors|regress]...; logs in $OUT (or ./gpu-out).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT="${OUT:-gpu-out}"
 mkdir -p "$OUT"
 status=0
-for what in "${@:-tests time regress}"; do
+for what in "${@:-tests time errors regress}"; do
   for w in $what; do
     case "$w" in
       tests)
@@ -19,6 +19,9 @@ for what in "${@:-tests time regress}"; do
         tail -n 6 "$OUT/time_prefill.log"
         timeout 80 python3 dev/prefill/time_perplexity.py --out "$OUT/perplexity.json" > "$OUT/time_perplexity.log" 2>&1 || status=1
         tail -n 4 "$OUT/time_perplexity.log" ;;
+      errors)
+        timeout 80 python3 dev/prefill/check_prefill_errors.py --out "$OUT/errors.json" > "$OUT/errors.log" 2>&1 || status=1
+        tail -n 4 "$OUT/errors.log" ;;
       regress)
         timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_api_cuda.py tests/gpu/test_attention.py \
           "tests/gpu/test_sampler_cuda.py::test_runner_samples_on_the_device_like_the_numpy_sampler" \
