@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The packed prefill's GPU tests, its timings and the perplexity comparison in one run, from the repository root.
-# Usage on the GPU machine: bash dev/prefill/run_gpu.sh [tests|time|errors|regress]...; logs in $OUT (or ./gpu-out).
+# Usage on the GPU machine: bash dev/prefill/run_gpu.sh [tests|time|time_prefill|time_ppl|errors|regress]...; logs in $OUT (or ./gpu-out).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT="${OUT:-gpu-out}"
@@ -14,9 +14,10 @@ for what in "${@:-tests time errors regress}"; do
           > "$OUT/pytest_prefill.log" 2>&1 || status=1
         grep -E "passed|failed|error" "$OUT/pytest_prefill.log" | tail -n 3
         grep -E "^(FAILED|ERROR)|Error|assert" "$OUT/pytest_prefill.log" | head -n 30 ;;
-      time)
+      time|time_prefill)
         timeout 80 python3 dev/prefill/time_prefill_batch.py --out "$OUT/prefill_fp32.json" > "$OUT/time_prefill.log" 2>&1 || status=1
-        tail -n 6 "$OUT/time_prefill.log"
+        tail -n 6 "$OUT/time_prefill.log" ;;&
+      time|time_ppl)
         timeout 80 python3 dev/prefill/time_perplexity.py --out "$OUT/perplexity.json" > "$OUT/time_perplexity.log" 2>&1 || status=1
         tail -n 4 "$OUT/time_perplexity.log" ;;
       errors)
