@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The packed prefill's GPU tests, its timings and the perplexity comparison in one run, from the repository root.
-# Usage on the GPU machine: bash dev/prefill/run_gpu.sh [tests|time|time_prefill|time_ppl|errors|regress]...; logs in $OUT (or ./gpu-out).
+# Usage on the GPU machine: bash dev/prefill/run_gpu.sh [tests|time|time_prefill|time_ppl|errors|quick_regress|regress]...; logs in $OUT (or ./gpu-out).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT="${OUT:-gpu-out}"
@@ -23,6 +23,12 @@ for what in "${@:-tests time errors regress}"; do
       errors)
         timeout 80 python3 dev/prefill/check_prefill_errors.py --out "$OUT/errors.json" > "$OUT/errors.log" 2>&1 || status=1
         tail -n 4 "$OUT/errors.log" ;;
+      quick_regress)
+        timeout 60 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_api_cuda.py \
+          "tests/gpu/test_sampler_cuda.py::test_runner_samples_on_the_device_like_the_numpy_sampler" \
+          tests/gpu/test_attention.py -k "prefill" > "$OUT/pytest_quick_regress.log" 2>&1 || status=1
+        grep -E "passed|failed|error" "$OUT/pytest_quick_regress.log" | tail -n 3
+        grep -E "^(FAILED|ERROR)" "$OUT/pytest_quick_regress.log" | head -n 30 ;;
       regress)
         timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_api_cuda.py tests/gpu/test_attention.py \
           "tests/gpu/test_sampler_cuda.py::test_runner_samples_on_the_device_like_the_numpy_sampler" \
