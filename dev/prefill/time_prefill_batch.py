@@ -12,6 +12,15 @@ checkpoint of gpt2's shape.
 
 Cases: 64 x 128, 128 x 128, 1 x 1024 (and 8 x 1000 mixed with 1 x 1). Wall time after a synchronize,
 median of --runs after two warm-up calls; the device's kernels dominate (the host only packs ints).
+
+Measured on the H200 (fp32, ms; two runs, the second on a slower machine, its row-by-row path slower too):
+  case          packed        sample        rowwise        v1024
+  64 x 128      23.8* / 16.9  16.3 / 16.8   228 / 369      34.8 / 45.2
+  128 x 128     39.5* / 34.0  32.3 / 33.3   449 / 764      65.6 / 101
+  1 x 1024      3.76 / 6.27   3.69 / 7.79   3.67 / 6.10    3.72 / 6.33
+  8x1000 + 1x1  20.5 / 20.8   20.1 / 20.8   31.7 / 63.6    30.1 / 55.1
+  (* the logits copied into pageable memory; since then prefill_batch returns page-locked memory)
+So passes of up to PREFILL_MAX_TOKENS = 8192 tokens, not one context's 1024.
 """
 
 import argparse
