@@ -37,6 +37,12 @@ memory. greedy_steps() runs a second graph, the kernels alone, fed by the step b
 device, whose argmax kernel writes the ids straight into mapped host memory (no copy after the
 kernels: about 9 us a step less); the host queues step i + 1 before it waits for step i's
 argmax, so its own time per step (launch, Python) hides under the GPU's.
+prefill_batch and sample_prefill pack several rows' new tokens into one pass of at most PREFILL_MAX_TOKENS
+tokens: the embedding, the blocks' LayerNorms and GEMMs on the packed [T, D] rows, the K / V of each token
+stored into its own cache row, attention_prefill_varlen_* (each row causal over its cached keys and its
+own, from a table of (segment, query tile) entries: packing.varlen_tiles), then ln_f and the LM head on
+each row's last position only. window_nll_sums runs perplexity's windows the same way, the LM head and the
+log-softmax on the scored positions only, and brings back one float64 sum a window.
 Sampled steps (sample_prefill, sample_step) draw on the device (kernels/sampler.cu through
 sampler.DeviceSampler): the sampler kernel runs right after the step's graph on the same stream
 (not inside it), and only ids and log-probabilities come back. Where a row of logits does not fit
