@@ -56,6 +56,20 @@ def window_loss(logits, ids, trg_len):
     return float(nll.mean()), min(trg_len, L)
 
 
+def host_window_nll_sums(runner, wins) -> np.ndarray:
+    """For each window (ids [L], first): the sum of the nll of labels first .. L - 1 from runner.forward's logits
+    [L, V] on the host, a float64 log-softmax (the reference); NaN where the window's logits hold NaN or +inf."""
+    out = np.empty(len(wins), np.float64)
+    for i, (chunk, first) in enumerate(wins):
+        logits = runner.forward(chunk)  # [L, V]
+        if np.isnan(logits).any() or np.isposinf(logits).any():
+            out[i] = np.nan
+            continue
+        loss, _ = window_loss(logits, chunk, len(chunk) - first)
+        out[i] = loss * (len(chunk) - first)
+    return out
+
+
 def windows(seq_len: int, max_length: int, stride: int):
     """(begin, end, trg_len) of every window, the guide's loop."""
     prev_end = 0
@@ -74,7 +88,10 @@ def perplexity(
     stride: Optional[int] = None,
     on_window: Optional[Callable[[int, int], None]] = None,
 ) -> Perplexity:
-    """Perplexity of the token ids with runner.forward logits. stride defaults to max_length // 2."""
+    """Perplexity of the token ids. stride defaults to max_length // 2. The windows' nll sums come from
+    runner.window_nll_sums (all windows in one call: a device backend's, logits never leaving the device) where
+    the runner has one, else from runner.forward's logits on the host (host_window_nll_sums). ``on_window(n,
+    total)`` is called for every window once the sums are in."""
     n_ctx = runner.config.n_ctx
     max_length = n_ctx if max_length is None else max_length
     if not 2 <= max_length <= n_ctx:
@@ -85,23 +102,27 @@ def perplexity(
     ids = list(ids)
     if len(ids) < 2:
         raise PerplexityError(f"perplexity needs a text of at least 2 tokens; got {len(ids)}")
-    nll_sum, n_scored, n_win = 0.0, 0, 0
     spans = list(windows(len(ids), max_length, stride))
-    for begin, end, trg_len in spans:
-        chunk = ids[begin:end]
-        n_win += 1
-        if trg_len >= 2:  # else its weight valid - 1 is 0: a one-token tail window scores nothing
-            logits = runner.forward(chunk)  # [L, V]
-            if np.isnan(logits).any() or np.isposinf(logits).any():
-                raise PerplexityError(f"the model's logits in window {n_win} (tokens {begin} to {end}) are NaN or "
-                                      "+inf: its activations overflow (weights that are not usable)")
-            loss, valid = window_loss(logits, chunk, trg_len)
-            if not np.isfinite(loss):
-                raise PerplexityError(f"window {n_win} (tokens {begin} to {end}) scores a token the model gives "
-                                      "probability 0 (a -inf logit): the perplexity is infinite")
-            nll_sum += loss * (valid - 1)
-            n_scored += valid - 1
-        if on_window is not None:
-            on_window(n_win, len(spans))
+    # a window with trg_len < 2 has weight valid - 1 = 0: a one-token tail window scores nothing
+    scored = [(n, ids[begin:end], max(end - begin - trg_len, 1)) for n, (begin, end, trg_len) in enumerate(spans)
+              if trg_len >= 2]
+    on_device = getattr(runner, "window_nll_sums", None)  # the backend's own (cuda), else forward on the host
+    sums = (on_device if on_device is not None else lambda w: host_window_nll_sums(runner, w))(
+        [(chunk, first) for _, chunk, first in scored])
+    nll_sum, n_scored = 0.0, 0
+    for (n, chunk, first), total in zip(scored, sums):
+        begin, end, trg_len = spans[n]
+        if np.isnan(total):
+            raise PerplexityError(f"the model's logits in window {n + 1} (tokens {begin} to {end}) are NaN or "
+                                  "+inf: its activations overflow (weights that are not usable)")
+        if not np.isfinite(total):
+            raise PerplexityError(f"window {n + 1} (tokens {begin} to {end}) scores a token the model gives "
+                                  "probability 0 (a -inf logit): the perplexity is infinite")
+        loss, valid = float(total) / (len(chunk) - first), min(trg_len, len(chunk))  # window_loss's pair
+        nll_sum += loss * (valid - 1)
+        n_scored += valid - 1
+    if on_window is not None:
+        for n in range(len(spans)):
+            on_window(n + 1, len(spans))
     avg = nll_sum / n_scored
-    return Perplexity(float(np.exp(avg)), avg, len(ids), n_win, max_length, stride)
+    return Perplexity(float(np.exp(avg)), avg, len(ids), len(spans), max_length, stride)

@@ -31,6 +31,12 @@
 //     query i sits at position q_start + i; causal != 0: it sees keys 0 .. q_start + i (and < s_kv);
 //     causal == 0: all s_kv keys.  Requirements: D = 64 * H; q, k, v 16-byte aligned; q_stride and
 //     kv_stride multiples of 4 and >= D; s_q, s_kv >= 1.
+// attention_prefill_varlen_tf32x3f / _tf32   the two mma kernels over packed segments of several cache rows
+//     (const float* q, int q_stride, const float* k_cache, const float* v_cache, long long cache_batch_stride,
+//      float* out, int D, const int* tiles)
+//     grid (entries of tiles, H, 1), block (128, 1, 1), shared memory as their one-sequence kernels;
+//     tiles: int32 [entries][5] {q_row0, len, past, row, qt} (see the kernels); causal, queries at
+//     positions past .. past + len - 1 of cache row ``row`` over its keys 0 .. past + len - 1.
 //   solve() (LeetGPU block, no mask): q = qkv, k = qkv + D, v = qkv + 2 * D, q_stride = kv_stride = 3 * D,
 //     s_q = s_kv = seq_len, q_start = 0, causal = 0.
 //
@@ -63,7 +69,7 @@
 // Build parameters (gpt2block/backends/cuda/build.py; the host sizes shared memory and grids by the same
 // values): ATTN_LDS the shared row stride (floats) of a 64-wide tile (68: 16-byte rows, no bank
 // conflicts), ATTN_DEC_THREADS the decode kernel's block, ATTN_DEC_CLUSTER its blocks per (row, head): one
-// cluster on sm_90.
+// cluster on sm_90, ATTN_VARLEN_FIELDS the ints per entry of the packed prefill's tile table.
 #ifndef ATTN_LDS
 #error "ATTN_LDS is set by gpt2block/backends/cuda/build.py"
 #endif
@@ -72,6 +78,9 @@
 #endif
 #ifndef ATTN_DEC_CLUSTER
 #error "ATTN_DEC_CLUSTER is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef ATTN_VARLEN_FIELDS
+#error "ATTN_VARLEN_FIELDS is set by gpt2block/backends/cuda/build.py"
 #endif
 #define ATTN_TILE_FLOATS (64 * ATTN_LDS)  // one 64 x 64 tile
 #define ATTN_F32_SMEM_BYTES (3 * ATTN_TILE_FLOATS * 4)   // Q, K (reused for P), V
@@ -269,10 +278,10 @@ template <int NPASS, bool FRESH>
 __device__ __forceinline__ void attn_prefill_mma(const float* __restrict__ q, int q_stride,
                                                  const float* __restrict__ k, const float* __restrict__ v,
                                                  int kv_stride, float* __restrict__ out, int D, int s_q, int s_kv,
-                                                 int q_start, int causal, AttnSplit split = AttnSplit{0, 0, 0, 0}) {
-    // attn_smem: Ks[2], Vs[2], [64][ATTN_LDS] each
+                                                 int q_start, int causal, int qt,
+                                                 AttnSplit split = AttnSplit{0, 0, 0, 0}) {
+    // attn_smem: Ks[2], Vs[2], [64][ATTN_LDS] each; this block: query tile qt (queries 64 qt ..), head blockIdx.y
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int qt = gridDim.x - 1 - blockIdx.x;  // heavy (late) causal tiles first
     const int q0 = qt * 64, h = blockIdx.y, col0 = h * 64;
     const int r0 = q0 + warp * 16 + g, r1 = r0 + 8;  // this thread's two query rows
 
@@ -496,7 +505,8 @@ attention_prefill_tf32x3f(const float* __restrict__ q, int q_stride,   // q: [s_
                           const float* __restrict__ v, int kv_stride,  // v: [s_kv, >= D]
                           float* __restrict__ out,                     // out: [s_q, D]
                           int D, int s_q, int s_kv, int q_start, int causal) {
-    attn_prefill_mma<3, true>(q, q_stride, k, v, kv_stride, out, D, s_q, s_kv, q_start, causal);
+    attn_prefill_mma<3, true>(q, q_stride, k, v, kv_stride, out, D, s_q, s_kv, q_start, causal,
+                              gridDim.x - 1 - blockIdx.x);  // heavy (late) causal tiles first
 }
 
 extern "C" __global__ void __launch_bounds__(128)
@@ -505,7 +515,8 @@ attention_prefill_tf32(const float* __restrict__ q, int q_stride,   // q: [s_q, 
                        const float* __restrict__ v, int kv_stride,  // v: [s_kv, >= D]
                        float* __restrict__ out,                     // out: [s_q, D]
                        int D, int s_q, int s_kv, int q_start, int causal) {
-    attn_prefill_mma<1, false>(q, q_stride, k, v, kv_stride, out, D, s_q, s_kv, q_start, causal);
+    attn_prefill_mma<1, false>(q, q_stride, k, v, kv_stride, out, D, s_q, s_kv, q_start, causal,
+                              gridDim.x - 1 - blockIdx.x);  // heavy (late) causal tiles first
 }
 
 // The same two kernels with the keys of long query tiles split across blocks (a query tile of n key
@@ -517,7 +528,7 @@ attention_prefill_split_tf32x3f(const float* __restrict__ q, int q_stride, const
                                 int s_q, int s_kv, int q_start, int causal, int chunk, float* part_o,
                                 float* part_ml, int* counters) {
     attn_prefill_mma<3, true>(q, q_stride, k, v, kv_stride, out, D, s_q, s_kv, q_start, causal,
-                              AttnSplit{chunk, part_o, part_ml, counters});
+                              gridDim.x - 1 - blockIdx.x, AttnSplit{chunk, part_o, part_ml, counters});
 }
 
 extern "C" __global__ void __launch_bounds__(128)
@@ -526,7 +537,44 @@ attention_prefill_split_tf32(const float* __restrict__ q, int q_stride, const fl
                              int s_q, int s_kv, int q_start, int causal, int chunk, float* part_o,
                              float* part_ml, int* counters) {
     attn_prefill_mma<1, false>(q, q_stride, k, v, kv_stride, out, D, s_q, s_kv, q_start, causal,
-                               AttnSplit{chunk, part_o, part_ml, counters});
+                               gridDim.x - 1 - blockIdx.x, AttnSplit{chunk, part_o, part_ml, counters});
+}
+
+// Packed variable-length causal prefill over the KV cache (CudaRunner.prefill_batch): the new tokens of
+// several cache rows side by side in q / out, each segment attending causally to its own row's cached
+// keys (its past) and to itself. One block per (entry of ``tiles``, head); the host lists the entries
+// heaviest first. tiles: int32 [gridDim.x][ATTN_VARLEN_FIELDS = 5], one entry per (segment, 64-query tile):
+//   {q_row0: the segment's first row in q / out, len: its new tokens, past: the keys its row held
+//    before (its first query sits at position past), row: its cache row, qt: the query tile}
+// k_cache, v_cache: key p of cache row r at k_cache + r * cache_batch_stride + p * D (v likewise);
+// the segment's own keys must be stored there before the launch (kvcache_store_f32).
+template <int NPASS, bool FRESH>
+__device__ __forceinline__ void attn_prefill_varlen(const float* __restrict__ q, int q_stride,
+                                                    const float* __restrict__ k_cache,
+                                                    const float* __restrict__ v_cache, long long cache_batch_stride,
+                                                    float* __restrict__ out, int D, const int* __restrict__ tiles) {
+    const int* e = tiles + (size_t)blockIdx.x * ATTN_VARLEN_FIELDS;
+    const int q_row0 = e[0], len = e[1], past = e[2], row = e[3], qt = e[4];
+    attn_prefill_mma<NPASS, FRESH>(q + (size_t)q_row0 * q_stride, q_stride, k_cache + row * cache_batch_stride,
+                                   v_cache + row * cache_batch_stride, D, out + (size_t)q_row0 * D, D, len,
+                                   past + len, past, 1, qt);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_prefill_varlen_tf32x3f(const float* __restrict__ q, int q_stride,  // q: [sum len, >= D] packed
+                                 const float* __restrict__ k_cache,          // k_cache: [rows][n_ctx][D] (strided)
+                                 const float* __restrict__ v_cache,          // v_cache: likewise
+                                 long long cache_batch_stride,               // floats between cache rows
+                                 float* __restrict__ out,                    // out: [sum len, D] packed
+                                 int D, const int* __restrict__ tiles) {     // tiles: [gridDim.x][FIELDS]
+    attn_prefill_varlen<3, true>(q, q_stride, k_cache, v_cache, cache_batch_stride, out, D, tiles);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_prefill_varlen_tf32(const float* __restrict__ q, int q_stride, const float* __restrict__ k_cache,
+                              const float* __restrict__ v_cache, long long cache_batch_stride,
+                              float* __restrict__ out, int D, const int* __restrict__ tiles) {
+    attn_prefill_varlen<1, false>(q, q_stride, k_cache, v_cache, cache_batch_stride, out, D, tiles);
 }
 
 // =============================================================================================

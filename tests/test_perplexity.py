@@ -16,9 +16,9 @@ TEXT = ("The cache remembers keys and values of earlier positions, so that decod
         "extravagant boxing matches. Numbers like 1024, 768, 50257 and 3.14159 appear in configuration files.")
 
 
-def guide_perplexity(model, ids, max_length, stride):
-    """The loop of transformers' 'Perplexity of fixed-length models' guide, on a torch model."""
-    input_all = torch.tensor([ids])
+def guide_perplexity(model, ids, max_length, stride, device=None):
+    """The loop of transformers' 'Perplexity of fixed-length models' guide, on a torch model (on ``device``)."""
+    input_all = torch.tensor([ids], device=device)
     seq_len = input_all.size(1)
     nll_sum, n_tokens, prev_end_loc = 0.0, 0, 0
     for begin_loc in range(0, seq_len, stride):
@@ -105,3 +105,40 @@ def test_a_one_token_text_is_refused(tiny):
     runner, tok, _ = tiny
     with pytest.raises(PerplexityError, match="at least 2 tokens"):
         perplexity(runner, [5])
+
+
+def test_a_runners_own_window_sums_are_used_and_checked(tiny):
+    """perplexity asks runner.window_nll_sums (one call, every scored window) where the runner has it, and
+    never its forward; NaN sums and +inf sums raise PerplexityError naming the window."""
+    import numpy as np
+
+    from gpt2block.perplexity import host_window_nll_sums
+
+    runner, tok, _ = tiny
+    ids = tok.encode(TEXT)
+
+    class Device:
+        config = runner.config
+        calls = []
+        poison = None
+
+        def forward(self, chunk):
+            raise AssertionError("forward must not be called where window_nll_sums exists")
+
+        def window_nll_sums(self, wins):
+            self.calls.append(len(wins))
+            sums = host_window_nll_sums(runner, wins)
+            if self.poison is not None:
+                sums[1] = self.poison
+            return sums
+
+    dev = Device()
+    want = perplexity(runner, ids, 64, 17)
+    got = perplexity(dev, ids, 64, 17)
+    assert dev.calls == [got.n_windows] and got.ppl == pytest.approx(want.ppl, rel=1e-12)
+    dev.poison = np.nan
+    with pytest.raises(PerplexityError, match="window 2 .* NaN or \\+inf"):
+        perplexity(dev, ids, 64, 17)
+    dev.poison = np.inf
+    with pytest.raises(PerplexityError, match="window 2 .* probability 0"):
+        perplexity(dev, ids, 64, 17)

@@ -30,6 +30,12 @@ NumPy sampler (a device backend overrides them to keep the work on the device):
                                              by ``batch`` at ``positions`` -> SampleOutput
   greedy_steps(cache, tokens, max_steps)     greedy decode as a stream of argmax ids
 
+Optional (perplexity.perplexity asks for it, else computes on the host from forward()):
+
+  window_nll_sums(windows)                   for each (ids [L], first): the nll summed over labels
+                                             first .. L - 1, every window from position 0 ->
+                                             float64 [n] (NaN where the logits hold NaN or +inf)
+
 ``batch`` is a sampler.SamplingBatch: per-row SamplingParams, seeds, sample indices
 and penalty histories. The token drawn after a row's cache reaches cache.pos[row]
 tokens has position cache.pos[row] (the Philox counter's first word), so a device

@@ -4,7 +4,8 @@
     decode_paths.py  decode_path: the table choosing a decode step's path; the cluster path (DecodeClusters)
     linear.py        GEMM tiles (mma.sync and wgmma), weight planes, GEMV plans
     lm_head.py       the LM head's int8 screen
-    attention.py     prefill and decode attention
+    attention.py     prefill (one sequence, or packed segments of several rows) and decode attention
+    packing.py       a packed prefill pass's int tables: token ids / rows / positions, attention tiles (plain NumPy)
     ops.py           layernorm, embedding, KV-cache store, argmax
     sampler.py       the device sampler (kernels/sampler.cu): DeviceSampler's upload, launch and results
     sampler_params.py  its parameter words and history rows (plain NumPy)
@@ -15,7 +16,7 @@
     build.py         every kernel build parameter (-D NAME=VALUE): the one owner
 
 CudaRunner is imported on first use, so that the modules without CuPy (build, decode_paths, driver,
-sampler_params, state_pool) import on a machine without it (the CPU tests).
+packing, sampler_params, state_pool) import on a machine without it (the CPU tests).
 """
 
 from __future__ import annotations

@@ -320,6 +320,57 @@ def _split_scratch(slots: int, tiles: int, stream=None) -> _SplitScratch:
     return got
 
 
+# -- packed prefill of several cache rows (attention_prefill_varlen_*) -----------------------------
+
+VARLEN_KERNELS = {"tf32x3f": "attention_prefill_varlen_tf32x3f", "tf32": "attention_prefill_varlen_tf32"}
+VARLEN_FIELDS = build.ATTN_VARLEN_FIELDS  # ints per entry of the tile table (packing.varlen_tiles builds it)
+
+
+def attention_prefill_varlen(q, k_cache, v_cache, out, tiles, *, n_head: int, q_stride: int,
+                             cache_batch_stride: int, cache_rows: int, max_keys: int, variant: str = "tf32x3f",
+                             stream=None) -> None:
+    """out [T, D] = causal attention of packed segments over their cache rows (D = 64 * n_head).
+
+    q: packed row i at q.data.ptr + i * q_stride (floats), T = the segments' tokens together; k_cache,
+    v_cache: key p of cache row r at ptr + r * cache_batch_stride + p * D, the segments' own keys
+    already stored; tiles: int32 [entries, VARLEN_FIELDS] on the device, packing.varlen_tiles(..., TILE) (read by
+    the kernel as given: the host checks it when it builds it); cache_rows, max_keys: the cache's
+    rows and the most keys of any segment (past + len), bounds on what the table may address.
+    variant: "tf32x3f" (fp32-level accuracy) or "tf32"."""
+    if variant not in VARLEN_KERNELS:
+        raise ValueError(f"variant must be one of {', '.join(VARLEN_KERNELS)}; got {variant!r}")
+    d = _width(n_head)
+    _array("out", out)
+    if out.ndim != 2 or out.shape[0] < 1:
+        raise ValueError(f"out must be [T, {d}] with T >= 1; got shape {out.shape}")
+    t = out.shape[0]
+    out_span = _out("out", out, t, d)
+    q_stride = _stride("q_stride", q_stride, d)
+    cache_rows = _int("cache_rows", cache_rows, 1)
+    max_keys = _int("max_keys", max_keys, 1)
+    cbs = _int("cache_batch_stride", cache_batch_stride, 0, 2**62)
+    if cbs % 4:
+        raise ValueError(f"cache_batch_stride must be a multiple of 4 elements; got {cbs}")
+    if cache_rows > 1 and cbs < max_keys * d:
+        raise ValueError(f"cache_batch_stride {cbs} is smaller than max_keys * D = {max_keys * d}: rows would overlap")
+    _array("tiles", tiles, cp.int32)
+    if tiles.ndim != 2 or tiles.shape[1] != VARLEN_FIELDS or tiles.shape[0] < 1 or not tiles.flags.c_contiguous:
+        raise ValueError(f"tiles must be a contiguous int32 array [entries >= 1, {VARLEN_FIELDS}]; got {tiles.shape}")
+    if tiles.shape[0] > INT32_MAX:
+        raise ValueError(f"tiles has {tiles.shape[0]} entries, more than a grid's x dimension")
+    cache_floats = (cache_rows - 1) * cbs + max_keys * d
+    spans = [
+        ("q", _span("q", _array("q", q), (t - 1) * q_stride + d)),
+        ("k_cache", _span("k_cache", _array("k_cache", k_cache), cache_floats)),
+        ("v_cache", _span("v_cache", _array("v_cache", v_cache), cache_floats)),
+    ]
+    _no_overlap("out", out_span, spans)
+    _, threads, smem = PREFILL_VARIANTS[variant]
+    args = (q, np.int32(q_stride), k_cache, v_cache, np.int64(cbs), out, np.int32(d), tiles)
+    launch(kernel("attention", VARLEN_KERNELS[variant], build.attention()), (tiles.shape[0], n_head, 1), (threads,),
+           args, shared_mem=smem, stream=stream)
+
+
 # -- decode -----------------------------------------------------------------------------------
 
 def decode_ranks(batch: int, n_head: int) -> int:

@@ -26,6 +26,7 @@ from __future__ import annotations
 # ---- attention.cu / attention_wgmma.cu ---------------------------------------------------------
 ATTN_LDS = 68  # shared row stride (floats) of a 64-wide prefill tile: 16-byte rows, no bank conflicts
 ATTN_DEC_THREADS = 128  # the decode kernel's block
+ATTN_VARLEN_FIELDS = 5  # ints per entry of the packed prefill's tile table (q_row0, len, past, row, qt)
 ATTN_DEC_MAX_CLUSTER = 8  # the decode kernel's blocks (one cluster) per (row, head) on sm_90, at most
 ATTN_WG_THREADS = 288  # attention_wgmma: two consumer warpgroups and the producer warp
 ATTN_WG_TILE_FLOATS = 16384  # attention_wgmma: one key tile's K / V^T planes (64 KB)
@@ -101,7 +102,8 @@ def attention(ranks: int = ATTN_DEC_MAX_CLUSTER) -> tuple:
     (row, head); the prefill launches take the module of the most ranks."""
     if not 1 <= ranks <= ATTN_DEC_MAX_CLUSTER:
         raise ValueError(f"attention_decode runs 1 to {ATTN_DEC_MAX_CLUSTER} blocks per (row, head); got {ranks}")
-    return (("ATTN_LDS", ATTN_LDS), ("ATTN_DEC_THREADS", ATTN_DEC_THREADS), ("ATTN_DEC_CLUSTER", ranks))
+    return (("ATTN_LDS", ATTN_LDS), ("ATTN_DEC_THREADS", ATTN_DEC_THREADS), ("ATTN_DEC_CLUSTER", ranks),
+            ("ATTN_VARLEN_FIELDS", ATTN_VARLEN_FIELDS))
 
 
 def attention_wgmma() -> tuple:

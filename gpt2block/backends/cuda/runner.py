@@ -37,6 +37,12 @@ memory. greedy_steps() runs a second graph, the kernels alone, fed by the step b
 device, whose argmax kernel writes the ids straight into mapped host memory (no copy after the
 kernels: about 9 us a step less); the host queues step i + 1 before it waits for step i's
 argmax, so its own time per step (launch, Python) hides under the GPU's.
+prefill_batch and sample_prefill pack several rows' new tokens into one pass of at most PREFILL_MAX_TOKENS
+tokens: the embedding, the blocks' LayerNorms and GEMMs on the packed [T, D] rows, the K / V of each token
+stored into its own cache row, attention_prefill_varlen_* (each row causal over its cached keys and its
+own, from a table of (segment, query tile) entries: packing.varlen_tiles), then ln_f and the LM head on
+each row's last position only. window_nll_sums runs perplexity's windows the same way, the LM head and the
+log-softmax on the scored positions only, and brings back one float64 sum a window.
 Sampled steps draw on the device (kernels/sampler.cu through sampler.DeviceSampler); only ids and
 log-probabilities come back. sample_prefill and sample_step launch the sampler kernel after the step
 (its graph) on the same stream; sample_steps, as greedy_steps, runs a graph per step that holds the
@@ -61,10 +67,12 @@ from ...config import GPT2Config
 from ...layout import block_layout
 from ...sampler import SampleOutput, SamplingBatch, SamplingError
 from ...weights import ModelWeights
-from ..base import BatchTooLarge, Cache, Runner, check_ids, check_step_rows
-from . import attention, decode_paths, linear, lm_head, modules, ops
+from ..base import BatchTooLarge, Cache, Runner, check_batch_args, check_ids, check_step_rows, token_chunks
+from . import attention, decode_paths, linear, lm_head, modules, ops, packing
 from . import sampler as device_sampler
 
+PREFILL_MAX_TOKENS = 8192  # tokens of one packed prefill pass (prefill_batch, window_nll_sums): its workspace
+# holds about 11 x n_embd floats a token (277 MB for gpt2); never fewer than n_positions (one whole row)
 # precision mode -> (GEMM variant, attention variant); bf16 mode stores the decode matrices as bf16
 VARIANTS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32"), "bf16": ("tf32x3", "tf32x3f")}
 MATRICES = ("w_qkv", "w_attn", "w_fc", "w_proj")
@@ -79,6 +87,14 @@ class BlockWorkspace:
         self.qkv = cp.empty((rows, 3 * d), cp.float32)  # [q | k | v]
         self.att = cp.empty((rows, d), cp.float32)  # attention output
         self.f = cp.empty((rows, 4 * d), cp.float32)  # GELU(FC) output
+
+
+class PackedWorkspace(BlockWorkspace):
+    """A packed prefill pass's activations: the block workspace and the residual stream x [rows, D]."""
+
+    def __init__(self, rows: int, d: int):
+        super().__init__(rows, d)
+        self.x = cp.empty((rows, d), cp.float32)
 
 
 def run_block(w, x, ws: BlockWorkspace, t: int, *, eps: float, gemm_variant: str, attend, after_qkv=None,
@@ -210,6 +226,9 @@ class CudaRunner(Runner):
         self._cluster = None  # decode_paths.DecodeClusters, built at the first batch-1 step
         self.stream = cp.cuda.Stream()  # all of the runner's work; decode graphs are captured on it
         self._fwd = None  # forward_device's graphs (_ForwardGraphs), made at its first call
+        self.pass_tokens = max(PREFILL_MAX_TOKENS, c.n_positions)  # tokens of one packed prefill pass, at most
+        self._packed = None  # PackedWorkspace of the packed passes, grown on demand up to pass_tokens rows
+        self._nll_cache = None  # window_nll_sums' cache (pass_tokens // n_positions rows at least)
         self._screen = None  # lm_head.ScreenTable of wte_dec, made at the first screened step
         self._draws = None  # sample_logits: {B: DeviceSampler, or False where too wide}
         self._draw_logits = None  # sample_logits' device logits [>= B, V]
@@ -252,24 +271,25 @@ class CudaRunner(Runner):
             self._logits = cp.empty((max(rows, 8), self.config.vocab_size), cp.float32)
         return self._logits[:rows]
 
-    def _head(self, rows_from: int, rows_to: int, decode_out=None, out=None, argmax=None):
+    def _head(self, rows_from: int, rows_to: int, decode_out=None, out=None, argmax=None, x=None, hf=None):
         """ln_f then the tied LM head on x[rows_from:rows_to] -> device logits [rows, V].
         Up to GEMV_MAX_M rows: one GEMV with ln_f fused, which for one row also takes its argmax
         when ``argmax`` is given (linear.gemv_nt's). ``decode_out``: a decode step's
         logits buffer (read wte_dec, bf16 in bf16 mode); else ``out`` [rows, V] if given (the
-        caller's own array), else the runner's regrowable buffer."""
+        caller's own array), else the runner's regrowable buffer. ``x`` [rows, D]: the rows to read
+        instead of self.x[rows_from:rows_to], with ``hf`` [>= rows, D] for their ln_f."""
         c = self.config
         n = rows_to - rows_from
         decode = decode_out is not None
         out = decode_out if decode else (self._logits_buf(n) if out is None else out)
-        x = self.x[rows_from:rows_to]
+        x = self.x[rows_from:rows_to] if x is None else x
         if n <= linear.GEMV_MAX_M:
             linear.gemv_nt(x, self.wte_dec if decode else self.wte, out,
                                 ln=(self.ln_f_g, self.ln_f_b, c.layer_norm_epsilon), argmax=argmax)
             return out
         if argmax is not None:
             raise ValueError(f"the LM head takes the argmax itself for one row only; got {n}")
-        hf = self.hf[:n]
+        hf = self.hf[:n] if hf is None else hf[:n]
         ops.layernorm(x, self.ln_f_g, self.ln_f_b, hf, c.layer_norm_epsilon)
         if self.wte_planes is not None:
             linear.gemm_planes(hf, self.wte_planes, None, out, epilogue=None)
@@ -345,6 +365,125 @@ class CudaRunner(Runner):
                 q_start=start, q_stride=3 * c.n_embd, kv_stride=c.n_embd, variant=self.attn_variant)
             run_block(w, self.x, self.ws, t, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
                       attend=attend, after_qkv=store, planes=self._planes(layer))
+
+    # -- packed prefill: the new tokens of several rows in one pass -------------------------------
+
+    def prefill_batch(self, cache: Cache, rows: Sequence[int], id_lists: Sequence[Sequence[int]]) -> np.ndarray:
+        """The rows' new tokens packed into passes of at most pass_tokens tokens (consecutive rows, a row never
+        split: token_chunks), each pass one run of the embedding, the blocks (_packed_pass) and ln_f + the LM
+        head on each row's last position only (_packed_head); -> [len(rows), V] float32 on the host, in
+        page-locked memory (from CuPy's pool: the copy down runs at the bus's speed, not a pageable copy's)."""
+        rows, id_lists = check_batch_args(cache, rows, id_lists, self.config.vocab_size)
+        for r, ids in zip(rows, id_lists):
+            cache.check_room(r, len(ids))
+        out = _pinned((len(rows), self.config.vocab_size), np.float32)
+        with self.stream:
+            for chunk in token_chunks([len(ids) for ids in id_lists], self.pass_tokens):
+                i0 = chunk[0]
+                ws, lengths = self._packed_pass(cache, [rows[i] for i in chunk], [id_lists[i] for i in chunk])
+                for a, b, logits in self._packed_head(ws, np.cumsum(lengths) - 1):
+                    logits.get(stream=self.stream, out=out[i0 + a:i0 + b], blocking=True)
+        return out
+
+    def _packed_ws(self, t: int) -> PackedWorkspace:
+        """The packed passes' workspace, at least t rows (grown to a multiple of n_positions, at most pass_tokens)."""
+        if t > self.pass_tokens:
+            raise ValueError(f"a packed prefill pass takes at most {self.pass_tokens} tokens; got {t}")
+        if self._packed is None or self._packed.rows < t:
+            n = self.config.n_positions
+            self._packed = None  # the old one freed before the new one is allocated
+            self._packed = PackedWorkspace(min(self.pass_tokens, -(-t // n) * n), self.config.n_embd)
+        return self._packed
+
+    def _packed_pass(self, cache: Cache, rows: list, id_lists: list) -> tuple:
+        """One packed pass on self.stream: row rows[i] gets id_lists[i] (checked ids, room checked by the
+        caller) at positions from cache.pos[rows[i]]; the embedding, then every block (K / V stored per
+        token into the tokens' rows, attention over the packed segments: attention_prefill_varlen_*, or
+        for a single row the one-sequence attention_prefill, whose wgmma kernels split long rows' keys).
+        -> (the workspace, whose x[:T] holds the blocks' output, lengths int64 [len(rows)]); cache.pos
+        advanced."""
+        c, d = self.config, self.config.n_embd
+        lengths = np.array([len(ids) for ids in id_lists], np.int64)
+        pasts = cache.pos[rows].astype(np.int64)
+        t = int(lengths.sum())
+        dev = cp.asarray(packing.packed_ints(id_lists, rows, pasts))  # ids, cache row, position of every token
+        d_ids, d_seq, d_pos = dev[0], dev[1], dev[2]
+        ws = self._packed_ws(t)
+        ops.embedding(d_ids, d_pos, self.wte, self.wpe, ws.x[:t])
+        single = len(rows) == 1
+        tiles = None if single else cp.asarray(packing.varlen_tiles(lengths, pasts, rows, attention.TILE))
+        max_keys = int((pasts + lengths).max())
+        for layer, w in enumerate(self.block_views):
+            k_cache, v_cache = cache.kv[0, layer, 0], cache.kv[0, layer, 1]
+            store = lambda qkv: ops.kvcache_store(  # noqa: E731
+                qkv, d_seq, d_pos, k_cache, v_cache, cache.batch_stride)
+            if single:
+                rk, rv, past = cache.kv[rows[0], layer, 0], cache.kv[rows[0], layer, 1], int(pasts[0])
+                attend = lambda qkv, out: attention.attention_prefill(  # noqa: E731
+                    qkv[:, :d], rk, rv, out, n_head=c.n_head, s_q=t, s_kv=past + t, causal=True,
+                    q_start=past, q_stride=3 * d, kv_stride=d, variant=self.attn_variant)
+            else:
+                attend = lambda qkv, out: attention.attention_prefill_varlen(  # noqa: E731
+                    qkv[:, :d], k_cache, v_cache, out, tiles, n_head=c.n_head, q_stride=3 * d,
+                    cache_batch_stride=cache.batch_stride, cache_rows=cache.batch, max_keys=max_keys,
+                    variant=self.attn_variant)
+            run_block(w, ws.x, ws, t, eps=c.layer_norm_epsilon, gemm_variant=self.gemm_variant,
+                      attend=attend, after_qkv=store, planes=self._planes(layer))
+        cache.pos[rows] = pasts + lengths
+        return ws, lengths
+
+    def _packed_head(self, ws: PackedWorkspace, picks: np.ndarray):
+        """ln_f and the LM head on rows ``picks`` of ws.x (a packed pass's output), in pieces of at most
+        n_positions rows (the ln_f buffer's): yields (a, b, device logits [b - a, V] of picks[a:b]), each
+        valid until the next piece is asked for (the runner's logits buffer)."""
+        n = self.config.n_positions
+        d_picks = cp.asarray(np.asarray(picks, np.int64))
+        for a in range(0, len(picks), n):
+            b = min(a + n, len(picks))
+            x = cp.take(ws.x, d_picks[a:b], axis=0)  # [b - a, D], contiguous
+            yield a, b, self._head(0, b - a, x=x, hf=self.hf)
+
+    # -- perplexity on the device -----------------------------------------------------------------
+
+    def window_nll_sums(self, windows: Sequence[tuple]) -> np.ndarray:
+        """For each window (ids [L], first): the sum over labels i = first .. L - 1 of -log softmax(logits of
+        position i - 1)[ids[i]], every window from position 0 -> float64 [len(windows)]. Windows go through
+        packed passes (as many as fit pass_tokens) on a cache of the runner's own; ln_f, the LM head and
+        the log-softmax run on the scored positions only, on the device (nll_rows): only the sums come back.
+        A window whose scored logits hold NaN or +inf sums to NaN."""
+        c = self.config
+        wins = []
+        for ids, first in windows:
+            ids = check_ids(ids, c.vocab_size)
+            if isinstance(first, bool) or not isinstance(first, (int, np.integer)) or not 1 <= first < len(ids):
+                raise ValueError(f"a window's first scored label must be in [1, {len(ids)}); got {first!r}")
+            if len(ids) > c.n_positions:
+                raise ValueError(f"a window of {len(ids)} tokens does not fit the context of {c.n_positions}")
+            wins.append((ids, int(first)))
+        out = np.empty(len(wins), np.float64)
+        if not wins:
+            return out
+        per = max(1, self.pass_tokens // max(len(ids) for ids, _ in wins))  # windows per pass
+        need = min(per, len(wins))
+        if self._nll_cache is None or self._nll_cache.batch < need:
+            self._nll_cache = None
+            self._nll_cache = self.new_cache(need)
+        cache = self._nll_cache
+        with self.stream:
+            for g in range(0, len(wins), per):
+                group = wins[g:g + per]
+                k = len(group)
+                cache.pos[:] = 0
+                ws, lengths = self._packed_pass(cache, list(range(k)), [ids for ids, _ in group])
+                picks, owner = packing.window_picks(lengths, [f for _, f in group])
+                targets = cp.asarray(np.concatenate([ids[f:] for ids, f in group]))  # the label of each pick
+                owner = cp.asarray(owner)
+                sums = cp.zeros(k, cp.float64)
+                for a, b, logits in self._packed_head(ws, picks):
+                    sums += cp.bincount(owner[a:b], weights=nll_rows(logits, targets[a:b]), minlength=k)
+                out[g:g + k] = cp.asnumpy(sums, stream=self.stream, blocking=True)
+            cache.pos[:] = 0
+        return out
 
     def _decode_kernels(self, cache: "CudaCache", step, host_out=None, logits: bool = True) -> None:
         """Every kernel of one decode step, reading ids / seq / pos / lengths from ``step`` [4, B]
@@ -562,8 +701,9 @@ class CudaRunner(Runner):
         return cache.sampler or None
 
     def sample_prefill(self, cache: Cache, id_lists: Sequence[Sequence[int]], batch: SamplingBatch) -> SampleOutput:
-        """Prefill rows 0 .. B-1 (each row's last logits into a device [B, V] buffer) and draw each row's
-        first token on the device (kernels/sampler.cu); only ids and log-probabilities come back."""
+        """Prefill rows 0 .. B-1 in packed passes (as prefill_batch; each row's last logits into a device
+        [B, V] buffer) and draw each row's first token on the device (kernels/sampler.cu); only ids and
+        log-probabilities come back."""
         if len(id_lists) != cache.batch or batch.batch != cache.batch:
             raise ValueError(f"sample_prefill needs one prompt and one sampling row per cache row ({cache.batch}); "
                              f"got {len(id_lists)} prompts and {batch.batch} sampling rows")
@@ -577,20 +717,26 @@ class CudaRunner(Runner):
         if cache.prefill_logits is None:
             cache.prefill_logits = cp.empty((cache.batch, c.vocab_size), cp.float32)
         with self.stream:
-            first = {}  # (start, ids) -> the row that prefilled them: a prompt's n samples prefill once
+            first = {}  # (start, ids) -> the row that prefills them: a prompt's n samples prefill once
+            copies = []  # (row, source row, start, end): the same tokens at the same positions
             for r, ids in enumerate(rows):
                 start = int(cache.pos[r])
                 key = (start, ids.tobytes())
-                src = first.get(key)
-                if src is None:
+                if key in first:
+                    copies.append((r, first[key], start, start + len(ids)))
+                else:
                     first[key] = r
-                    last = self._prefill(cache, r, ids, start, np.arange(start, start + len(ids)), False)  # [1, V]
-                    cache.prefill_logits[r] = last[0]  # a device copy (a row of [B, V] is not 16-byte aligned)
-                else:  # the same tokens at the same positions: the source row's keys, values and logits
-                    end = start + len(ids)
-                    cache.kv[r, :, :, start:end] = cache.kv[src, :, :, start:end]
-                    cache.prefill_logits[r] = cache.prefill_logits[src]
-                    cache.pos[r] = end
+            uniq = list(first.values())  # increasing
+            for chunk in token_chunks([len(rows[r]) for r in uniq], self.pass_tokens):
+                chunk_rows = [uniq[i] for i in chunk]
+                ws, lengths = self._packed_pass(cache, chunk_rows, [rows[r] for r in chunk_rows])
+                for a, b, logits in self._packed_head(ws, np.cumsum(lengths) - 1):
+                    # a device scatter (the LM head writes whole 16-byte aligned arrays; rows of [B, V] are not)
+                    cache.prefill_logits[cp.asarray(np.asarray(chunk_rows[a:b], np.int64))] = logits
+            for r, src, start, end in copies:  # the source row's keys, values and logits
+                cache.kv[r, :, :, start:end] = cache.kv[src, :, :, start:end]
+                cache.prefill_logits[r] = cache.prefill_logits[src]
+                cache.pos[r] = end
             ds.launch(cache.prefill_logits, batch, cache.pos.copy(), self.stream)
         return ds.result(self.stream)
 
@@ -769,6 +915,20 @@ class CudaRunner(Runner):
         self._decode_device(cache, tokens)
         self.stream.synchronize()
         return cache.argmax_host.astype(np.int64)
+
+
+_SUMEXP = cp.ReductionKernel("float32 z, float32 m", "float64 s", "exp(z - m)", "a + b", "s = a", "0",
+                             "gpt2block_sum_exp_f32")  # sum_j exp(z_j - m), each term in fp32, summed in fp64
+
+
+def nll_rows(logits, targets):
+    """-log softmax(logits[r])[targets[r]] of every row: logits float32 [n, V], targets int [n] (device)
+    -> float64 [n] (device): max, then the sum of exp(z - max) in float64, then lse - z[target]."""
+    n = logits.shape[0]
+    m = logits.max(axis=1)  # [n]; NaN where a row holds NaN
+    s = _SUMEXP(logits, m[:, None], axis=1)  # [n] float64
+    zt = logits[cp.arange(n), targets]  # [n]
+    return cp.log(s) + m.astype(cp.float64) - zt.astype(cp.float64)
 
 
 def _pinned(shape: tuple, dtype) -> np.ndarray:
