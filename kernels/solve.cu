@@ -51,7 +51,8 @@
 #include "layernorm.cu"
 #include "layout.cuh"
 
-// Build parameters (build.py: solve()): the precision, and the GEMM tiles of the mma.sync and wgmma paths.
+// Build parameters (build.py: solve()): the precision, the GEMM tiles of the mma.sync and wgmma paths, and the
+// mma.sync tiles' k depth and stages.
 #ifndef SOLVE_TF32X3
 #error "SOLVE_TF32X3 is set by gpt2block/backends/cuda/build.py"
 #endif
@@ -60,6 +61,12 @@
 #endif
 #ifndef SOLVE_WG_TILES
 #error "SOLVE_WG_TILES is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef GEMM_BK
+#error "GEMM_BK is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef GEMM_STAGES
+#error "GEMM_STAGES is set by gpt2block/backends/cuda/build.py"
 #endif
 
 #if defined(__CUDA_ARCH__)
