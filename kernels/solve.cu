@@ -39,7 +39,10 @@
 // one after another; solve() does not synchronize. State is per process (one device at a time).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "attention.cu"
 #include "attention_wgmma.cu"
@@ -286,30 +289,51 @@ static bool gemm(const float* A, const float* W, const float* P, const float* bi
 // queries see all S keys).
 
 // The wgmma kernel: 128-query blocks of KT key tiles each; the chunk whose blocks, handed in launch order
-// to whichever SM frees first (one block per SM), finish soonest; a block costs its key tiles plus one for
-// its start and, when split, one for its partial and combine. -> (chunk, splits); chunk 0: no split.
-static void wg_split_plan(int s, int& chunk_out, int& splits_out) {
+// to whichever SM frees first (one block per SM; ties to the lowest SM), finish soonest; a block costs its
+// key tiles plus one for its start and, when split, one for its partial and combine. -> (chunk, splits);
+// chunk 0: no split. Worked out once per seq_len (the last few kept).
+struct SplitPlan {
+    int s = 0, chunk = 0, splits = 1;
+};
+
+static SplitPlan wg_split_plan_of(int s) {
     const int kt = (int)cdiv(s, 64), bx = (int)cdiv(s, 128);
-    static double free_at[4096];
-    const int n_sm = st.sms < 4096 ? st.sms : 4096;
-    double best_span = -1;
+    SplitPlan best;
+    best.s = s;
+    long long best_span = -1;
+    std::vector<std::pair<long long, int>> heap;  // (the SM's finishing time, its index): a min-heap
+    const auto later = [](const std::pair<long long, int>& a, const std::pair<long long, int>& b) { return a > b; };
     for (int chunk = 0; chunk <= kt; ++chunk) {
         const int ns = chunk ? (int)cdiv(kt, chunk) : 1;
         const long long blocks = (long long)ns * H * bx;
-        const int n_free = (int)(blocks < n_sm ? blocks : n_sm);
-        for (int i = 0; i < n_free; ++i) free_at[i] = 0;
-        for (int z = 0; z < ns; ++z)
+        const int n_free = (int)(blocks < st.sms ? blocks : st.sms);
+        heap.clear();
+        for (int i = 0; i < n_free; ++i) heap.push_back({0, i});
+        long long span = 0;
+        for (int z = 0; z < ns; ++z) {
+            const int len = (z + 1) * kt / ns - z * kt / ns + 1 + (ns > 1);
             for (long long b = 0; b < (long long)H * bx; ++b) {
-                const int len = (z + 1) * kt / ns - z * kt / ns + 1 + (ns > 1);
-                int i_min = 0;
-                for (int i = 1; i < n_free; ++i)
-                    if (free_at[i] < free_at[i_min]) i_min = i;
-                free_at[i_min] += len;
+                std::pop_heap(heap.begin(), heap.end(), later);
+                heap.back().first += len;
+                span = heap.back().first > span ? heap.back().first : span;
+                std::push_heap(heap.begin(), heap.end(), later);
             }
-        double span = 0;
-        for (int i = 0; i < n_free; ++i) span = free_at[i] > span ? free_at[i] : span;
-        if (best_span < 0 || span < best_span - 1e-9) best_span = span, chunk_out = chunk, splits_out = ns;
+        }
+        if (best_span < 0 || span < best_span) best_span = span, best.chunk = chunk, best.splits = ns;
     }
+    return best;
+}
+
+static void wg_split_plan(int s, int& chunk, int& splits) {
+    static SplitPlan cache[8];
+    static int next = 0;
+    for (const SplitPlan& p : cache)
+        if (p.s == s) {
+            chunk = p.chunk, splits = p.splits;
+            return;
+        }
+    const SplitPlan p = cache[next++ % 8] = wg_split_plan_of(s);
+    chunk = p.chunk, splits = p.splits;
 }
 
 // The mma.sync kernels: 64-query tiles of KT key tiles; split where KT is 8 to 32 (tf32x3f only, without a
