@@ -78,10 +78,11 @@ __device__ __forceinline__ void gemm_load_nmajor(float* s, const float* B, int k
 }
 
 // PASSES: 1 (tf32) or 3 (tf32x3). NT: B is [N, K].
+// EPI: a GEMM_EPI_* (gemm_epilogue.cuh); GEMM_EPI_RUNTIME: the run-time epi.
 template <class T, int PASSES, int EPI, bool NT>
 __device__ __forceinline__ void gemm_mma_body(const float* __restrict__ A, const float* __restrict__ B,
                                               const float* __restrict__ bias, const float* R, float* C, int M,
-                                              int N, int K) {
+                                              int N, int K, int epi = EPI) {
     constexpr int WTM = T::BM / T::WARPS_M;  // warp tile rows
     constexpr int WTN = T::BN / T::WARPS_N;  // warp tile cols
     constexpr int MT = WTM / 16;                 // m16 tiles per warp
@@ -223,7 +224,7 @@ __device__ __forceinline__ void gemm_mma_body(const float* __restrict__ A, const
     }
     cp_async_wait<0>();  // no copy may be left in flight when the block exits
 
-    const bool pair = (N & 1) == 0 && gemm_aligned(C, 8) && (EPI != GEMM_EPI_RESIDUAL || gemm_aligned(R, 8));
+    const bool pair = (N & 1) == 0 && gemm_aligned(C, 8) && (gemm_epi<EPI>(epi) != GEMM_EPI_RESIDUAL || gemm_aligned(R, 8));
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
 #pragma unroll
@@ -233,7 +234,7 @@ __device__ __forceinline__ void gemm_mma_body(const float* __restrict__ A, const
 #pragma unroll
             for (int j = 0; j < NT8; ++j) {
                 const int col = n0 + wn * WTN + j * 8 + 2 * t;
-                gemm_store2<EPI>(C, bias, R, row, col, N, pair, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                gemm_store2<EPI>(C, bias, R, row, col, N, pair, acc[i][j][2 * h], acc[i][j][2 * h + 1], epi);
             }
         }
     }

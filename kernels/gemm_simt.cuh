@@ -23,10 +23,11 @@
 #define SIMT_THREADS 256
 #define SIMT_LD (SIMT_BM + 4)  // shared row stride (floats) of both tiles: 16-byte aligned rows
 
+// EPI: a GEMM_EPI_* (gemm_epilogue.cuh); GEMM_EPI_RUNTIME: the run-time epi.
 template <int EPI>
 __device__ __forceinline__ void gemm_simt_body(const float* __restrict__ A, const float* __restrict__ B,
                                                const float* __restrict__ bias, const float* R, float* C, int M,
-                                               int N, int K) {
+                                               int N, int K, int epi = EPI) {
     static_assert(SIMT_BM == SIMT_BN && SIMT_BM * SIMT_BK == 4 * SIMT_THREADS, "one tile: 4 loads a thread");
     __shared__ __align__(16) float As[2][SIMT_BK][SIMT_LD];  // A's tile transposed: [k][m]
     __shared__ __align__(16) float Bs[2][SIMT_BK][SIMT_LD];  // [k][n]
@@ -95,7 +96,7 @@ __device__ __forceinline__ void gemm_simt_body(const float* __restrict__ A, cons
             const int col = n0 + 4 * tx + j;
             if (col < N) {
                 const long long idx = (long long)row * N + col;
-                C[idx] = gemm_epi_value<EPI>(acc[i][j], bias, R, idx, col);
+                C[idx] = gemm_epi_value<EPI>(acc[i][j], bias, R, idx, col, epi);
             }
         }
     }

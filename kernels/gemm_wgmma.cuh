@@ -82,7 +82,8 @@ __device__ __forceinline__ float4 gw_epi_load(unsigned a) {
 template <class T, int EPI>
 __device__ __forceinline__ void gemm_wg_epilogue(const float (&acc)[T::BN / 2], unsigned ring,
                                                  const float* __restrict__ bias, const float* R, float* C,
-                                                 int M, int N, int m0, int n0, int wg, int ct) {
+                                                 int M, int N, int m0, int n0, int wg, int ct, int epi) {
+    const int e = gemm_epi<EPI>(epi);
     // This consumer's wgmmas are done, the other's may still be reading the ring's last stage: the
     // consumers' threads meet at named barrier 1 before the ring is overwritten.
     asm volatile("bar.sync 1, %0;\n" ::"n"(128 * T::WG) : "memory");
@@ -109,7 +110,7 @@ __device__ __forceinline__ void gemm_wg_epilogue(const float (&acc)[T::BN / 2], 
     // R and bias are 16-byte aligned; element by element otherwise (and past N).
     constexpr int V = T::BN / 4;
     const bool vec = (N & 3) == 0 && gemm_aligned(C, 16) && gemm_aligned(bias, 16) &&
-                     (EPI != GEMM_EPI_RESIDUAL || gemm_aligned(R, 16));
+                     (e != GEMM_EPI_RESIDUAL || gemm_aligned(R, 16));
     const int end = min(r1, M - m0) * V;
 #pragma unroll 2
     for (int i = r0 * V + 128 * wg + ct; i < end; i += 128 * T::WG) {
@@ -118,32 +119,33 @@ __device__ __forceinline__ void gemm_wg_epilogue(const float (&acc)[T::BN / 2], 
         float4 v = gw_epi_load<T>(ring + 4u * (r * T::EPI_STRIDE + 4 * c4));
         const long long idx = (long long)row * N + col;
         if (vec && col + 3 < N) {
-            if (EPI != GEMM_EPI_NONE) {
+            if (e != GEMM_EPI_NONE) {
                 const float4 b = __ldg(reinterpret_cast<const float4*>(bias + col));
                 v.x += b.x; v.y += b.y; v.z += b.z; v.w += b.w;
             }
-            if (EPI == GEMM_EPI_GELU) {
+            if (e == GEMM_EPI_GELU) {
                 v.x = gelu_tanh(v.x); v.y = gelu_tanh(v.y); v.z = gelu_tanh(v.z); v.w = gelu_tanh(v.w);
             }
-            if (EPI == GEMM_EPI_RESIDUAL) {
+            if (e == GEMM_EPI_RESIDUAL) {
                 const float4 q = *reinterpret_cast<const float4*>(R + idx);
                 v.x += q.x; v.y += q.y; v.z += q.z; v.w += q.w;
             }
             *reinterpret_cast<float4*>(C + idx) = v;
         } else {
-            const float e[4] = {v.x, v.y, v.z, v.w};
+            const float ev[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
             for (int k = 0; k < 4; ++k)
-                if (col + k < N) C[idx + k] = gemm_epi_value<EPI>(e[k], bias, R, idx + k, col + k);
+                if (col + k < N) C[idx + k] = gemm_epi_value<EPI>(ev[k], bias, R, idx + k, col + k, e);
         }
     }
     if constexpr (T::SPLITK > 1) gw_cluster_sync();  // the other blocks have read this one's tile
 }
 
+// EPI: a GEMM_EPI_* (gemm_epilogue.cuh); GEMM_EPI_RUNTIME: the run-time epi.
 template <class T, int PASSES, int EPI>
 __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const float* __restrict__ P,
                                              const float* __restrict__ bias, const float* R, float* C, int M,
-                                             int N, int K) {
+                                             int N, int K, int epi = EPI) {
     constexpr int PLANES = PASSES == 3 ? 2 : 1;
     constexpr int NACC = T::BN / 2;  // accumulators per thread (m64 x T::BN / 128)
     constexpr unsigned STAGE = T::stage_bytes(PLANES), A_BYTES = T::BM * GW_ROW, B_BYTES = T::BN * GW_ROW;
@@ -286,7 +288,7 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
     }
     wgmma_wait<0>();
     wgmma_pin(acc);
-    gemm_wg_epilogue<T, EPI>(acc, ring, bias, R, C, M, N, m0, n0, wg, ct);
+    gemm_wg_epilogue<T, EPI>(acc, ring, bias, R, C, M, N, m0, n0, wg, ct, epi);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -96,24 +96,25 @@ constexpr int PATH_SIMT = 1, PATH_MMA = 2, PATH_WGMMA = 3;
 
 __global__ void solve_code_path(int* path) { *path = SOLVE_CODE_PATH; }
 
-template <class T, int EPI>
-__global__ void __launch_bounds__(T::THREADS) solve_gemm_mma(GEMM_PARAMS) {
+// One kernel per tile for every epilogue (GEMM_EPI_RUNTIME: the epi argument, a GEMM_EPI_*): a third of
+// the code to compile of one kernel per epilogue.
+template <class T>
+__global__ void __launch_bounds__(T::THREADS) solve_gemm_mma(GEMM_PARAMS, int epi) {
 #if SOLVE_CODE_PATH == 2
-    gemm_mma_body<T, PASSES, EPI, false>(A, B, bias, R, C, M, N, K);
+    gemm_mma_body<T, PASSES, GEMM_EPI_RUNTIME, false>(A, B, bias, R, C, M, N, K, epi);
 #endif
 }
 
-template <class T, int EPI>
-__global__ void __launch_bounds__(T::THREADS, 1) solve_gemm_wg(GEMM_PARAMS) {
+template <class T>
+__global__ void __launch_bounds__(T::THREADS, 1) solve_gemm_wg(GEMM_PARAMS, int epi) {
 #if SOLVE_CODE_PATH == 3
-    gemm_wg_body<T, PASSES, EPI>(A, B, bias, R, C, M, N, K);
+    gemm_wg_body<T, PASSES, GEMM_EPI_RUNTIME>(A, B, bias, R, C, M, N, K, epi);
 #endif
 }
 
-template <int EPI>
-__global__ void __launch_bounds__(SIMT_THREADS) solve_gemm_simt(GEMM_PARAMS) {
+__global__ void __launch_bounds__(SIMT_THREADS) solve_gemm_simt(GEMM_PARAMS, int epi) {
 #if SOLVE_CODE_PATH == 1
-    gemm_simt_body<EPI>(A, B, bias, R, C, M, N, K);
+    gemm_simt_body<GEMM_EPI_RUNTIME>(A, B, bias, R, C, M, N, K, epi);
 #endif
 }
 
@@ -221,43 +222,43 @@ static int pick(const TileInfo* t, int n_tiles, int m, int n) {
 // ---------------------------------------------------------------------------------------------
 // GEMM launches: C[M, N] = epi(A[M, K] @ W + bias), W [K, N] as stored (mma, simt) or as planes (wgmma).
 
-template <class T, int EPI>
+template <class T>
 static void launch_mma(const float* A, const float* B, const float* bias, const float* R, float* C, int M, int N,
-                       int K) {
+                       int K, int epi) {
     static bool attr = false;  // per instantiation
     if (!attr) {
-        cudaFuncSetAttribute(solve_gemm_mma<T, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES);
+        cudaFuncSetAttribute(solve_gemm_mma<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES);
         attr = true;
     }
     const dim3 grid((unsigned)cdiv(M, T::BM), (unsigned)cdiv(N, T::BN));
-    solve_gemm_mma<T, EPI><<<grid, T::THREADS, T::SMEM_BYTES>>>(A, B, bias, R, C, M, N, K);
+    solve_gemm_mma<T><<<grid, T::THREADS, T::SMEM_BYTES>>>(A, B, bias, R, C, M, N, K, epi);
 }
 
-template <int EPI, int I = N_MMA_TILES - 1>
+template <int I = N_MMA_TILES - 1>
 static void dispatch_mma(int tile, const float* A, const float* B, const float* bias, const float* R, float* C,
-                         int M, int N, int K) {
-    if (tile == I) return launch_mma<typename MmaTile<I>::T, EPI>(A, B, bias, R, C, M, N, K);
-    if constexpr (I > 0) dispatch_mma<EPI, I - 1>(tile, A, B, bias, R, C, M, N, K);
+                         int M, int N, int K, int epi) {
+    if (tile == I) return launch_mma<typename MmaTile<I>::T>(A, B, bias, R, C, M, N, K, epi);
+    if constexpr (I > 0) dispatch_mma<I - 1>(tile, A, B, bias, R, C, M, N, K, epi);
 }
 
-template <class T, int EPI>
+template <class T>
 static void launch_wg(const float* A, const float* P, const float* bias, const float* R, float* C, int M, int N,
-                      int K) {
+                      int K, int epi) {
     constexpr unsigned smem = T::smem_bytes(WG_PLANES);
     static bool attr = false;
     if (!attr) {
-        cudaFuncSetAttribute(solve_gemm_wg<T, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(solve_gemm_wg<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         attr = true;
     }
     const dim3 grid((unsigned)cdiv(M, T::BM), (unsigned)cdiv(N, T::BN), 1);
-    solve_gemm_wg<T, EPI><<<grid, T::THREADS, smem>>>(A, P, bias, R, C, M, N, K);
+    solve_gemm_wg<T><<<grid, T::THREADS, smem>>>(A, P, bias, R, C, M, N, K, epi);
 }
 
-template <int EPI, int I = N_WG_TILES - 1>
+template <int I = N_WG_TILES - 1>
 static void dispatch_wg(int tile, const float* A, const float* P, const float* bias, const float* R, float* C,
-                        int M, int N, int K) {
-    if (tile == I) return launch_wg<typename WgTile<I>::T, EPI>(A, P, bias, R, C, M, N, K);
-    if constexpr (I > 0) dispatch_wg<EPI, I - 1>(tile, A, P, bias, R, C, M, N, K);
+                        int M, int N, int K, int epi) {
+    if (tile == I) return launch_wg<typename WgTile<I>::T>(A, P, bias, R, C, M, N, K, epi);
+    if constexpr (I > 0) dispatch_wg<I - 1>(tile, A, P, bias, R, C, M, N, K, epi);
 }
 
 template <int EPI>
@@ -269,17 +270,17 @@ static bool gemm(const float* A, const float* W, const float* P, const float* bi
         if (!filled) tile_infos<N_WG_TILES - 1, WgTile>(t), filled = true;
         const int i = pick(t, N_WG_TILES, M, N);
         if (i < 0) return ok(cudaErrorInvalidConfiguration, what);
-        dispatch_wg<EPI>(i, A, P, bias, R, C, M, N, K);
+        dispatch_wg(i, A, P, bias, R, C, M, N, K, EPI);
     } else if (st.path == PATH_MMA) {
         static TileInfo t[N_MMA_TILES];
         static bool filled = false;
         if (!filled) tile_infos<N_MMA_TILES - 1, MmaTile>(t), filled = true;
         const int i = pick(t, N_MMA_TILES, M, N);
         if (i < 0) return ok(cudaErrorInvalidConfiguration, what);
-        dispatch_mma<EPI>(i, A, W, bias, R, C, M, N, K);
+        dispatch_mma(i, A, W, bias, R, C, M, N, K, EPI);
     } else {
         const dim3 grid((unsigned)cdiv(M, SIMT_BM), (unsigned)cdiv(N, SIMT_BN));
-        solve_gemm_simt<EPI><<<grid, SIMT_THREADS>>>(A, W, bias, R, C, M, N, K);
+        solve_gemm_simt<<<grid, SIMT_THREADS>>>(A, W, bias, R, C, M, N, K, EPI);
     }
     return launched(what);
 }
