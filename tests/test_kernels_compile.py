@@ -36,9 +36,9 @@ def test_layout_header_is_generated_from_layout_py():
 def _defines(name: str) -> list:
     """The first of the product's builds of kernels/<name> (backends/cuda/build.py: MODULES; test_build_params builds
     every one of them for sm_90a)."""
-    from gpt2block.backends.cuda.build import MODULES
+    from gpt2block.backends.cuda.build import MODULES, nvcc_define
 
-    return [f"-D{k}={v}" for k, v in MODULES[name.removesuffix(".cu")][0]]
+    return [nvcc_define(k, v) for k, v in MODULES[name.removesuffix(".cu")][0]]
 
 
 @needs_nvcc

@@ -292,10 +292,11 @@ def solve(precision: str = "fp32") -> tuple:
     if precision not in SOLVE_PRECISIONS:
         raise ValueError(f"the export's precision is one of {', '.join(SOLVE_PRECISIONS)}; got {precision!r}")
     variant = SOLVE_PRECISIONS[precision][0]
-    mma = " ".join(f"SOLVE_MMA_TILE({i}, {bm}, {bn}, {wm}, {wn}, {per_sm}, {speed}f)"
-                   for i, (bm, bn, wm, wn, per_sm, speed) in enumerate(GEMM_TILES))
-    wg = " ".join(f"SOLVE_WG_TILE({i}, {w}, {bn}, {gw_stages(variant, w, bn)}, {speed}f)"
-                  for i, (w, bn, speed, _) in enumerate(t for t in WG_TILE_TABLE[variant] if t[3] == 1))
+    # (no spaces: one shell word on an nvcc command line, where nvcc_define escapes the commas)
+    mma = "".join(f"SOLVE_MMA_TILE({i},{bm},{bn},{wm},{wn},{per_sm},{speed}f)"
+                  for i, (bm, bn, wm, wn, per_sm, speed) in enumerate(GEMM_TILES))
+    wg = "".join(f"SOLVE_WG_TILE({i},{w},{bn},{gw_stages(variant, w, bn)},{speed}f)"
+                 for i, (w, bn, speed, _) in enumerate(t for t in WG_TILE_TABLE[variant] if t[3] == 1))
     return ((("SOLVE_TF32X3", int(variant == "tf32x3")), ("SOLVE_MMA_TILES", mma), ("SOLVE_WG_TILES", wg),
              ("GEMM_BK", GEMM_BK), ("GEMM_STAGES", GEMM_STAGES), ("GW_PLANES_N", GW_PLANES_N))
             + _variant(variant) + attention(1) + attention_wgmma() + layernorm(768))
@@ -341,7 +342,13 @@ def nvcc_flags(name: str, build: int = 0) -> str:
     layernorm) kernels/layernorm.cu``."""
     if name not in MODULES:
         raise ValueError(f"no kernels/{name}.cu module; one of {', '.join(sorted(MODULES))}")
-    return " ".join(f"-D{k}={v}" for k, v in MODULES[name][build])
+    return " ".join(nvcc_define(k, v) for k, v in MODULES[name][build])
+
+
+def nvcc_define(name: str, value) -> str:
+    """The nvcc option defining one build parameter: ``-DNAME=VALUE``, VALUE's commas escaped (nvcc reads
+    an unescaped comma in an option's value as a list separator)."""
+    return f"-D{name}={str(value).replace(',', chr(92) + ',')}"
 
 
 if __name__ == "__main__":
