@@ -23,10 +23,10 @@ struct GemmTile {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Tensor-core kernel: cp.async triple buffering, T::WARPS_M x T::WARPS_N warps (8 at 128 x 128) each owning a
+// Tensor-core kernel: cp.async triple buffering, WARPS_M x WARPS_N warps (8 at 128 x 128) each owning a
 // (BM / WARPS_M) x (BN / WARPS_N) piece of the block tile as m16n8 accumulator tiles.
 
-// ROWS x T::BK floats of a k-contiguous matrix G [nrows, K] from (row0, k0) into s [ROWS][T::LDK];
+// ROWS x BK floats of a k-contiguous matrix G [nrows, K] from (row0, k0) into s [ROWS][LDK];
 // rows >= nrows and k >= K are zero-filled. vec: 16-byte copies (K % 4 == 0, G 16-byte aligned).
 template <class T, int ROWS>
 __device__ __forceinline__ void gemm_load_kmajor(float* s, const float* G, int row0, int nrows, int k0, int K,
@@ -52,7 +52,7 @@ __device__ __forceinline__ void gemm_load_kmajor(float* s, const float* G, int r
     }
 }
 
-// T::BK x T::BN floats of an n-contiguous matrix B [K, N] from (k0, n0) into s [T::BK][T::LDN].
+// BK x BN floats of an n-contiguous matrix B [K, N] from (k0, n0) into s [BK][LDN].
 template <class T>
 __device__ __forceinline__ void gemm_load_nmajor(float* s, const float* B, int k0, int K, int n0, int N,
                                                  bool vec) {
@@ -183,7 +183,7 @@ __device__ __forceinline__ void gemm_mma_body(const float* __restrict__ A, const
                 // Each k8 step's three products are summed inside the tensor core from zero, then
                 // added to the k tile's sum by an FADD, and the tile's sum to acc once per tile:
                 // the tensor core's internal accumulation rounds toward zero, the FADDs to nearest,
-                // so only short sums are truncated and the long running sum takes K / T::BK
+                // so only short sums are truncated and the long running sum takes K / BK
                 // roundings, not K / 8 (measured: error against float64 0.2-0.6x torch fp32's at
                 // M >= 100, about half of a single-level sum's).
                 // Small cross terms first, then the big one; one pass over the n8 tiles at a time

@@ -33,16 +33,16 @@ struct GwTile {
 // ---------------------------------------------------------------------------------------------
 
 // The epilogue, through shared memory. The consumers write their accumulators into the (now idle)
-// ring as a row-major T::BM x T::BN tile of stride T::EPI_STRIDE floats, then all their threads walk
+// ring as a row-major BM x BN tile of stride EPI_STRIDE floats, then all their threads walk
 // its rows a float4 at a time in a loop: bias (and the residual) read as float4, whole rows of C
 // written. (Version 18 applied the epilogue to the fragments in place, unrolled: 96 outputs a thread
 // at 192 columns, each with its own bias load, about 6,000 instructions executed once per warp;
 // Nsight Compute put half of the fc GEMM's warp samples there, more than in its main loop.)
-// Split K (T::SPLITK > 1): the blocks of a cluster hold partial sums of one tile; after a cluster
-// barrier block z reduces rows [z T::BM / S, (z + 1) T::BM / S) of it, reading every block's tile
+// Split K (SPLITK > 1): the blocks of a cluster hold partial sums of one tile; after a cluster
+// barrier block z reduces rows [z BM / S, (z + 1) BM / S) of it, reading every block's tile
 // through distributed shared memory and adding them in rank order (deterministic), and a second
 // barrier keeps each block's shared memory alive until the others have read it.
-// Stride T::BN + 8 (== 8 mod 32 words, or 24 at 48 columns): a half-warp's float2 stores of rows
+// Stride BN + 8 (== 8 mod 32 words, or 24 at 48 columns): a half-warp's float2 stores of rows
 // g = 0..3 fall in distinct 8-bank groups, and a quarter-warp's float4 reads of a row are contiguous
 // (at 48 columns a row is 12 float4, so one quarter-warp in three straddles two rows: 2-way conflicts).
 // The second cluster barrier's release also waits for this block's global stores (MEMBAR.GPU in the
@@ -60,21 +60,21 @@ __device__ __forceinline__ float4 gw_epi_load(unsigned a) {
     float4 v;
     if constexpr (T::SPLITK > 1) {
 #pragma unroll
-    for (int q = 0; q < T::SPLITK; ++q) {
-        unsigned ra;
-        float4 p;
-        GW_ASM("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(a), "r"(q));
-        GW_ASM("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(p.x), "=f"(p.y), "=f"(p.z), "=f"(p.w) : "r"(ra) : "memory");
-        if (q == 0) {
-            v = p;
-        } else {
-            v.x += p.x; v.y += p.y; v.z += p.z; v.w += p.w;
+        for (int q = 0; q < T::SPLITK; ++q) {
+            unsigned ra;
+            float4 p;
+            GW_ASM("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(a), "r"(q));
+            GW_ASM("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=f"(p.x), "=f"(p.y), "=f"(p.z), "=f"(p.w) : "r"(ra) : "memory");
+            if (q == 0) {
+                v = p;
+            } else {
+                v.x += p.x; v.y += p.y; v.z += p.z; v.w += p.w;
+            }
         }
-    }
     } else {
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(a) : "memory");
+        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                     : "r"(a) : "memory");
     }
     return v;
 }
@@ -165,7 +165,7 @@ __device__ __forceinline__ void gemm_wg_body(const float* __restrict__ A, const 
     const int m0 = blockIdx.x * T::BM, n0 = blockIdx.y * T::BN;
     const int KT_ALL = (K + GW_BK - 1) / GW_BK;
     const int KP = KT_ALL * GW_BK;  // the planes' row length (whole k tiles)
-    // this block's k tiles: kt0 .. kt0 + KT - 1 (split K: share blockIdx.z of T::SPLITK)
+    // this block's k tiles: kt0 .. kt0 + KT - 1 (split K: share blockIdx.z of SPLITK)
     const int kt0 = (int)blockIdx.z * KT_ALL / T::SPLITK, KT = ((int)blockIdx.z + 1) * KT_ALL / T::SPLITK - kt0;
 
     if (tid == 0) {
