@@ -440,12 +440,16 @@ def gpu_name() -> str:
 @main.command("export-cuda")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
               help="the .cu file to write (e.g. solution.cu)")
-def export_cuda_cmd(output):
-    """Write the one-file CUDA solution of the LeetGPU GPT-2 block challenge."""
+@click.option("--precision", type=click.Choice(["fp32", "tf32"]), default="fp32", show_default=True,
+              help="fp32: fp32-level accuracy (3-pass TF32 tensor cores); tf32: one TF32 pass (faster; errors up "
+                   "to about 1e-3)")
+def export_cuda_cmd(output, precision):
+    """Write the one-file CUDA solution of the LeetGPU GPT-2 block challenge (every GPU: the code path is
+    chosen when nvcc compiles it; the file's header names the flags it was tested with)."""
     from .export import export_cuda
 
     try:
-        out = export_cuda(output)
+        out = export_cuda(output, precision)
     except OutputError as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:

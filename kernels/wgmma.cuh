@@ -187,7 +187,7 @@ __device__ __forceinline__ void mbar_arrive_cp_async(unsigned bar) {
     GW_ASM("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void cp_async16_u32(unsigned dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+    GW_ASM("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 
 // d[32] (+)= A[64 x 8] * B[8 x 64], A and B from their descriptors' shared-memory tiles (k-major).

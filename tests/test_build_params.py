@@ -141,7 +141,7 @@ _BUILDS = [(name, i) for name, builds in build.MODULES.items() for i in range(le
 @pytest.mark.parametrize("name,i", _BUILDS, ids=[f"{n}-{i}" for n, i in _BUILDS])
 def test_each_build_compiles_for_sm_90a(name, i, tmp_path):
     """Exactly build.py's defines, nothing else: the kernels' #errors catch a missing one."""
-    defines = [f"-D{k}={v}" for k, v in build.MODULES[name][i]]
+    defines = [build.nvcc_define(k, v) for k, v in build.MODULES[name][i]]
     arch = ARCH_SPECIFIC.get(name, "sm_90a")
     r = subprocess.run([NVCC, "-std=c++17", f"-gencode=arch=compute_{arch[3:]},code={arch}", f"-I{kernels_dir()}",
                         "-cubin", *defines, "-o", str(tmp_path / "k.cubin"), str(kernels_dir() / f"{name}.cu")],
@@ -151,7 +151,7 @@ def test_each_build_compiles_for_sm_90a(name, i, tmp_path):
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
 def test_a_missing_parameter_is_refused(tmp_path):
-    defines = [f"-D{k}={v}" for k, v in build.sampling() if k != "ARGMAX_UNROLL"]
+    defines = [build.nvcc_define(k, v) for k, v in build.sampling() if k != "ARGMAX_UNROLL"]
     r = subprocess.run([NVCC, "-std=c++17", "-arch=sm_90", f"-I{kernels_dir()}", "-cubin", *defines,
                         "-o", str(tmp_path / "k.cubin"), str(kernels_dir() / "sampling.cu")],
                        capture_output=True, text=True, timeout=600)
@@ -162,6 +162,7 @@ def test_nvcc_flags_give_a_modules_build():
     from gpt2block.backends.cuda.build import MODULES, nvcc_flags
 
     assert nvcc_flags("layernorm") == " ".join(f"-D{k}={v}" for k, v in MODULES["layernorm"][0])
+    assert "\\," in nvcc_flags("solve") and " " not in nvcc_flags("solve").replace(" -D", "")
     assert "-DLN_WARPS=" in nvcc_flags("layernorm") and "-DLN_MAX_VEC=13" in nvcc_flags("layernorm", 1)
     with pytest.raises(ValueError, match="no kernels/nothing.cu module"):
         nvcc_flags("nothing")

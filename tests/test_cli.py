@@ -425,6 +425,12 @@ def test_export_cuda(tmp_path):
     r = run("export-cuda", "-o", out)
     assert r.exit_code == 0, r.output
     assert 'extern "C"' in out.read_text() and "solve" in out.read_text()
+    assert "#define SOLVE_TF32X3 1\n" in out.read_text()  # fp32 mode by default
+    r = run("export-cuda", "-o", out, "--precision", "tf32")
+    assert r.exit_code == 0, r.output
+    assert "#define SOLVE_TF32X3 0\n" in out.read_text() and "tf32 mode" in out.read_text()
+    r = run("export-cuda", "-o", out, "--precision", "bf16")
+    assert r.exit_code != 0 and "bf16" in r.output and "Traceback" not in r.output
     r = run("export-cuda", "-o", tmp_path)
     assert r.exit_code != 0 and "Traceback" not in r.output
 

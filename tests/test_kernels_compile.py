@@ -36,9 +36,9 @@ def test_layout_header_is_generated_from_layout_py():
 def _defines(name: str) -> list:
     """The first of the product's builds of kernels/<name> (backends/cuda/build.py: MODULES; test_build_params builds
     every one of them for sm_90a)."""
-    from gpt2block.backends.cuda.build import MODULES
+    from gpt2block.backends.cuda.build import MODULES, nvcc_define
 
-    return [f"-D{k}={v}" for k, v in MODULES[name.removesuffix(".cu")][0]]
+    return [nvcc_define(k, v) for k, v in MODULES[name.removesuffix(".cu")][0]]
 
 
 @needs_nvcc
@@ -51,16 +51,38 @@ def test_kernel_compiles(name, arch, tmp_path):
 
 
 @needs_nvcc
-def test_export_compiles_alone(tmp_path):
-    from gpt2block.export import export_cuda
+def test_export_compiles_for_every_arch(tmp_path):
+    """The one-file export, in both precisions, compiles with nvcc alone for every GPU it names (export.ARCHS:
+    the T4's sm_75 to sm_100, sm_90a's wgmma path among them): the device code of each as -cubin, all at
+    once, and one whole participant's build (-shared, host code included) of the quickest."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
 
-    src = export_cuda(tmp_path / "solution.cu")
-    text = src.read_text()
-    assert '#include "' not in text, "the export still includes project files"
-    assert 'extern "C" void solve(const float* x, float* output, const float* weights, int seq_len)' in text
-    _nvcc(["-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / "solution.so"), str(src)],
-          tmp_path)
+    from gpt2block.export import ARCHS, NVCC_FLAGS, PRECISIONS, arch_flag, export_cuda
+
+    srcs = {p: export_cuda(tmp_path / f"solution-{p}.cu", p) for p in PRECISIONS}
+    for src in srcs.values():
+        text = src.read_text()
+        assert '#include "' not in text, "the export still includes project files"
+        assert 'extern "C" void solve(const float* x, float* output, const float* weights, int seq_len)' in text
+        assert f"nvcc {NVCC_FLAGS} -arch=sm_XX" in text, "the header names the flags the file was tested with"
+    jobs = [(p, a) for p in PRECISIONS for a in ARCHS]
+
+    def cubin(job):
+        p, a = job
+        return _nvcc(["-O3", arch_flag(a), "-cubin", "-o", str(tmp_path / f"{p}-{a}.cubin"), str(srcs[p])], tmp_path)
+
+    def whole():
+        return _nvcc([*NVCC_FLAGS.split(), arch_flag("sm_75"), "-o", str(tmp_path / "solution.so"), str(srcs["fp32"])],
+                     tmp_path)
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        done = [pool.submit(whole)] + [pool.submit(cubin, j) for j in jobs]
+        for f in done:
+            f.result()
     assert (tmp_path / "solution.so").stat().st_size > 0
+    for p, a in jobs:
+        assert (tmp_path / f"{p}-{a}.cubin").stat().st_size > 0, (p, a)
 
 
 @pytest.mark.parametrize("name", SOURCES)

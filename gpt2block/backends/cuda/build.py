@@ -268,16 +268,40 @@ def sampler() -> tuple:
     return (("SAMPLER_THREADS", SAMPLER_THREADS),)
 
 
-SOLVE_GEMM_TILE = (128, 128, 2, 4)  # solve.cu's GEMM tile (GEMM_BM, GEMM_BN, GEMM_WARPS_M, GEMM_WARPS_N)
+# gemm.cu's tiles (cuda/linear.TILES, and the export's mma.sync path): (bm, bn, warps_m, warps_n, per_sm,
+# speed): blocks resident per SM (registers of the tf32x3 kernels on sm_90: 143-161, 109-138, 112-142) and
+# relative throughput per SM (a bigger warp tile reuses operands more)
+GEMM_TILES = ((128, 128, 2, 4, 1, 1.0),  # warp tile 64 x 32
+              (128, 64, 4, 2, 1, 0.9),  # warp tile 32 x 32
+              (64, 64, 2, 2, 3, 0.8))  # warp tile 32 x 32, 128 threads
+# gemm_wgmma.cu's tiles per variant (cuda/linear.WG_TILES, and the export's sm_90a path): (wg, bn, speed,
+# splitk); the measurements behind the speeds: cuda/linear.py, above WG_TILES
+WG_TILE_TABLE = {
+    "tf32x3": ((2, 128, 1.0, 1), (2, 64, 0.79, 1), (2, 48, 0.73, 1), (1, 128, 0.75, 1), (1, 64, 0.66, 1)),
+    "tf32": ((2, 192, 1.08, 1), (2, 128, 1.0, 1), (2, 64, 0.80, 1), (2, 48, 0.64, 1), (1, 128, 0.81, 1),
+             (1, 64, 0.62, 1), (2, 192, 1.08, 3)),
+}
+SOLVE_PRECISIONS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32")}  # export: (GEMM, attention) variants
 
 
-def solve() -> tuple:
-    """kernels/solve.cu, the export's host code with the GEMM (both variants' kernels), attention and
-    LayerNorm (768 wide) it includes."""
-    bm, bn, wm, wn = SOLVE_GEMM_TILE
-    return ((("GEMM_BM", bm), ("GEMM_BN", bn), ("GEMM_WARPS_M", wm), ("GEMM_WARPS_N", wn), ("GEMM_BK", GEMM_BK),
-             ("GEMM_STAGES", GEMM_STAGES), ("GEMM_WITH_TF32", 1), ("GEMM_WITH_TF32X3", 1)) + attention()
-            + layernorm(768))
+def solve(precision: str = "fp32") -> tuple:
+    """kernels/solve.cu, the one-file export (gpt2block export-cuda) of one precision: the GEMM variant
+    (SOLVE_TF32X3 1: tf32x3 GEMMs and tf32x3f attention, fp32-level accuracy; 0: one TF32 pass), gemm.cu's
+    tiles for the mma.sync path (SOLVE_MMA_TILES: SOLVE_MMA_TILE(index, bm, bn, warps_m, warps_n, per_sm,
+    speed) each), gemm_wgmma.cu's tiles for the sm_90a path without split K (SOLVE_WG_TILES:
+    SOLVE_WG_TILE(index, wg, bn, stages, speed) each), attention (prefill kernels: clusters of one) and
+    LayerNorm (768 wide)."""
+    if precision not in SOLVE_PRECISIONS:
+        raise ValueError(f"the export's precision is one of {', '.join(SOLVE_PRECISIONS)}; got {precision!r}")
+    variant = SOLVE_PRECISIONS[precision][0]
+    # (no spaces: one shell word on an nvcc command line, where nvcc_define escapes the commas)
+    mma = "".join(f"SOLVE_MMA_TILE({i},{bm},{bn},{wm},{wn},{per_sm},{speed}f)"
+                  for i, (bm, bn, wm, wn, per_sm, speed) in enumerate(GEMM_TILES))
+    wg = "".join(f"SOLVE_WG_TILE({i},{w},{bn},{gw_stages(variant, w, bn)},{speed}f)"
+                 for i, (w, bn, speed, _) in enumerate(t for t in WG_TILE_TABLE[variant] if t[3] == 1))
+    return ((("SOLVE_TF32X3", int(variant == "tf32x3")), ("SOLVE_MMA_TILES", mma), ("SOLVE_WG_TILES", wg),
+             ("GEMM_BK", GEMM_BK), ("GEMM_STAGES", GEMM_STAGES), ("GW_PLANES_N", GW_PLANES_N))
+            + _variant(variant) + attention(1) + attention_wgmma() + layernorm(768))
 
 
 class _Tile:  # the product's GEMM tiles, without importing linear (CuPy) here
@@ -306,7 +330,7 @@ def _modules() -> dict:
         "lm_screen": [lm_screen(50257, 768, True), lm_screen(50257, 1600, False)],
         "sampling": [sampling()],
         "sampler": [sampler()],
-        "solve": [solve()],
+        "solve": [solve(p) for p in SOLVE_PRECISIONS],
     }
     return {name: list(dict.fromkeys(b)) for name, b in builds.items()}  # each build once
 
@@ -320,7 +344,13 @@ def nvcc_flags(name: str, build: int = 0) -> str:
     layernorm) kernels/layernorm.cu``."""
     if name not in MODULES:
         raise ValueError(f"no kernels/{name}.cu module; one of {', '.join(sorted(MODULES))}")
-    return " ".join(f"-D{k}={v}" for k, v in MODULES[name][build])
+    return " ".join(nvcc_define(k, v) for k, v in MODULES[name][build])
+
+
+def nvcc_define(name: str, value) -> str:
+    """The nvcc option defining one build parameter: ``-DNAME=VALUE``, VALUE's commas escaped (nvcc reads
+    an unescaped comma in an option's value as a list separator)."""
+    return f"-D{name}={str(value).replace(',', chr(92) + ',')}"
 
 
 if __name__ == "__main__":

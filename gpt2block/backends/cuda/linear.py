@@ -62,12 +62,7 @@ class Tile:
         return build.GEMM_STAGES * (self.bm * ldk + b) * 4
 
 
-TILES = (
-    # registers of the tf32x3 kernels (sm_90): 143-161, 109-138, 112-142 -> resident blocks per SM
-    Tile(128, 128, 2, 4, per_sm=1, speed=1.0),  # warp tile 64 x 32
-    Tile(128, 64, 4, 2, per_sm=1, speed=0.9),  # warp tile 32 x 32
-    Tile(64, 64, 2, 2, per_sm=3, speed=0.8),  # warp tile 32 x 32, 128 threads
-)
+TILES = tuple(Tile(*t) for t in build.GEMM_TILES)  # (build.GEMM_TILES: registers, blocks per SM, speeds)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -194,12 +189,8 @@ class WgTile:
 # (dev/tune_split_k.py; docs/PERFORMANCE.md, version 19). Not at proj's K = 768 (each block 8 k tiles: solve
 # slower), hence WG_SPLIT_MIN_K; clusters of 4 measured 99.9, 128 x 128 / 2 128.5, 64 x 192 / 2 130.4;
 # tf32x3's 128 x 128 / 2 73.5 against 72.6 (not kept).
-WG_TILES = {
-    "tf32x3": (WgTile(2, 128, 1.0), WgTile(2, 64, 0.79), WgTile(2, 48, 0.73), WgTile(1, 128, 0.75),
-               WgTile(1, 64, 0.66)),
-    "tf32": (WgTile(2, 192, 1.08), WgTile(2, 128, 1.0), WgTile(2, 64, 0.80), WgTile(2, 48, 0.64),
-             WgTile(1, 128, 0.81), WgTile(1, 64, 0.62), WgTile(2, 192, 1.08, 3)),
-}
+WG_TILES = {v: tuple(WgTile(wg, bn, speed, splitk) for wg, bn, speed, splitk in tiles)
+            for v, tiles in build.WG_TILE_TABLE.items()}
 
 
 def plane_row(k: int) -> int:
