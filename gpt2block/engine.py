@@ -139,8 +139,12 @@ class Engine:
     where it is used) and returns a gpt2block Model; ``metrics`` receives the events it counts."""
 
     def __init__(self, load: Callable[[], object], max_batch: int, max_queue: int, prefill_chunk: int,
-                 metrics=None, log: Callable[[str], None] = lambda m: None):
+                 metrics=None, log: Callable[[str], None] = lambda m: None,
+                 deliver_step: Optional[Callable[[list], None]] = None):
         self._load = load
+        # a step's deliveries, [(job, pieces)], handed over in one call (the server wakes its event loop once
+        # per step, not once per request); None: each job's deliver(pieces)
+        self.deliver_step = deliver_step
         self.max_batch, self.max_queue, self.prefill_chunk = max_batch, max_queue, prefill_chunk
         self.metrics = metrics
         self.log = log
@@ -280,8 +284,12 @@ class Engine:
         self._prefill(out)
         self._decode(out)
         self._out = {}
-        for job, items in out.items():
-            job.deliver(items)
+        if self.deliver_step is not None:
+            if out:
+                self.deliver_step(list(out.items()))
+        else:
+            for job, items in out.items():
+                job.deliver(items)
         with self._cv:
             self._gauges()
 

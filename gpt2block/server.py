@@ -447,11 +447,7 @@ async def _watch(request: Request, job: Job) -> None:
 async def _run(request: Request, engine: Engine, c: Checked, tokenizer, served_name: str, limits: Limits,
                metrics: Metrics):
     events: asyncio.Queue = asyncio.Queue()
-    mailbox = _Mailbox.of(asyncio.get_running_loop())
-
-    def deliver(items) -> None:  # from the engine thread
-        mailbox.post(events, items)
-
+    deliver = _Sink(_Mailbox.of(asyncio.get_running_loop()), events)
     job = Job(c.prompts, c.n, c.params, c.max_tokens, c.seed, c.stop, c.logprobs,
               c.echo and c.logprobs is not None, tokenizer, deliver, limits.request_timeout)
     try:
@@ -533,8 +529,12 @@ class _Mailbox:
         self.loop, self.lock, self.pending, self.scheduled = loop, threading.Lock(), [], False
 
     def post(self, queue: asyncio.Queue, items) -> None:
+        self.post_many([(queue, items)])
+
+    def post_many(self, posts: list) -> None:
+        """[(queue, items)]: one wake-up of the loop for all of them."""
         with self.lock:
-            self.pending.append((queue, items))
+            self.pending.extend(posts)
             if self.scheduled:
                 return
             self.scheduled = True
@@ -548,6 +548,31 @@ class _Mailbox:
             pending, self.pending, self.scheduled = self.pending, [], False
         for queue, items in pending:
             queue.put_nowait(items)
+
+
+class _Sink:
+    """A job's deliver(items) from the engine thread: into its response's queue through its loop's mailbox."""
+
+    __slots__ = ("mailbox", "queue")
+
+    def __init__(self, mailbox: _Mailbox, queue: asyncio.Queue):
+        self.mailbox, self.queue = mailbox, queue
+
+    def __call__(self, items) -> None:
+        self.mailbox.post(self.queue, items)
+
+
+def _deliver_step(pairs: list) -> None:
+    """The engine's deliveries of one step, [(job, items)]: one post (one wake-up) per event loop."""
+    boxes: dict = {}
+    for job, items in pairs:
+        sink = job.deliver
+        if type(sink) is _Sink:
+            boxes.setdefault(sink.mailbox, []).append((sink.queue, items))
+        else:
+            sink(items)
+    for box, posts in boxes.items():
+        box.post_many(posts)
 
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -687,7 +712,7 @@ def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key:
     # as it comes instead of after the engine's next few steps (Python's default is 5 ms).
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     metrics = Metrics()
-    engine = Engine(load, limits.max_batch, limits.max_queue, limits.prefill_chunk, metrics, log)
+    engine = Engine(load, limits.max_batch, limits.max_queue, limits.prefill_chunk, metrics, log, _deliver_step)
     app = create_app(engine, served_name, limits, api_key, metrics)
 
     interrupted = threading.Event()  # a second signal cut the drain short
