@@ -118,6 +118,7 @@ def measure(tok, rows: int, max_tokens: int, step_s: float) -> dict:
     engine._step = timed_step
     engine.start()
     engine.ready.wait()
+    tok.token_bytes()  # the detokenizer's table, built once per process: not counted
     model.runner.steps, model.runner.stub_s = 0, 0.0
     params = SamplingParams(temperature=0.8, top_p=0.95)
     prompt = tok.encode("The quick brown fox jumps over the lazy dog")
@@ -129,7 +130,7 @@ def measure(tok, rows: int, max_tokens: int, step_s: float) -> dict:
         never = loop.create_future()  # the disconnect watcher of a client that stays
         c = Checked([prompt], [""], 1, params, max_tokens, 1, [], None, False, True, False)
         for i in range(rows):
-            events = asyncio.Queue()
+            events = server._Events() if hasattr(server, "_Events") else asyncio.Queue()  # as _run makes it
             job = Job([prompt], 1, params, max_tokens, i, [], None, False, tok,
                       server._Sink(box, events) if hasattr(server, "_Sink") else
                       (lambda items, q=events: box.post(q, items)), 600.0)

@@ -67,7 +67,7 @@ class ShuttingDown(RuntimeError):
     """The server ended the request at the end of its drain deadline."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Piece:
     """What one row produced in one step: a token (and the text now safe to stream), or its end."""
 
@@ -219,6 +219,7 @@ class Engine:
             runner.check_batch(self.max_batch)
             self.cache = runner.new_cache(self.max_batch)
             self._warm()
+            self.model.tokenizer.token_texts()  # the detokenizer's tables: built here, not at the first request
         except BaseException as e:  # reported by the server, which exits with it
             self.error = e
             self.finished.set()
@@ -429,12 +430,13 @@ class Engine:
         """Each row receives its drawn token: record it, decide whether the row stops, queue its piece."""
         now = time.monotonic()
         m = self.metrics
+        eot = self.eot
         made, ttfts, itls = 0, [], []
-        for i, row in enumerate(rows):
-            job, tok = row.job, int(drawn.ids[i])
+        for i, (row, tok) in enumerate(zip(rows, np.asarray(drawn.ids).tolist())):
+            job = row.job
             piece = Piece(row.index, "")
             row.feed = None
-            if tok == self.eot:
+            if tok == eot:
                 row.finish = "stop"
             else:
                 row.output_ids.append(tok)
