@@ -434,33 +434,34 @@ class Engine:
         made, ttfts, itls = 0, [], []
         for i, (row, tok) in enumerate(zip(rows, np.asarray(drawn.ids).tolist())):
             job = row.job
-            piece = Piece(row.index, "")
             row.feed = None
             if tok == eot:
                 row.finish = "stop"
+                piece = Piece(row.index, "")
             else:
-                row.output_ids.append(tok)
-                piece.token = tok
+                ids, rt = row.output_ids, row.text
+                ids.append(tok)
+                lp = top = None
                 if job.top_logprobs is not None:
-                    piece.logprob = float(drawn.logprobs[i])
-                    piece.top = [] if drawn.top_ids is None else [
+                    lp = float(drawn.logprobs[i])
+                    top = [] if drawn.top_ids is None else [
                         (int(a), float(b)) for a, b in
                         zip(drawn.top_ids[i][:job.top_logprobs], drawn.top_logprobs[i][:job.top_logprobs])]
-                piece.text = row.text.push(tok)
-                if row.text.stop_string is not None:
+                piece = Piece(row.index, rt.push(tok), tok, lp, top)
+                if rt.stop_string is not None:
                     row.finish = "stop"
-                elif len(row.output_ids) >= job.max_tokens:
+                elif len(ids) >= job.max_tokens:
                     row.finish = "length"
                 else:
                     row.feed = tok
                 made += 1
                 if not job.first_token_seen:
                     ttfts.append(now - job.arrived)
+                    job.first_token_seen = True
                 if row.last_token_at:
                     itls.append(now - row.last_token_at)
-                job.first_token_seen = True
                 row.last_token_at = now
-            if row.done:
+            if row.finish is not None:
                 piece.text += row.text.finish()
                 piece.finish = row.finish
                 self._free(row, row.finish)
