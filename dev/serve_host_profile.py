@@ -7,13 +7,23 @@ per-row work, the sampler batch, detokenization, the event loop's SSE. Drive it 
 
 M: any checkpoint with GPT-2's tokenizer (bench_serve reads the tokenizer from it). --profile: cProfile of the
 engine thread, written when the server exits (SIGTERM).
+
+--measure ROWS [ROWS ...]: no HTTP; for each ROWS, that many one-row streaming requests run together in this
+process (engine thread over the stub runner with no sleep; the event loop on the main thread runs each request's
+SSE generator, server._stream, as a response would, up to the bytes it yields); prints the engine thread's host
+CPU time per decode step (the stub's own sample_rows time taken out) and the event loop's CPU time per streamed
+token (mailbox, queue, pieces to SSE text; not the socket writes):
+
+    python dev/serve_host_profile.py --tokenizer T.json --measure 64 256 --repeat 5
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -51,7 +61,10 @@ class StubRunner(Runner):
         return SampleOutput(self.rng.integers(0, 50000, batch.batch), None, None, None)
 
     def sample_rows(self, cache, rows, tokens, batch):
-        time.sleep(self.step_s)
+        time.sleep(self.step_s)  # the GPU step: the GIL is free meanwhile
+        return self.draw(cache, rows, batch)
+
+    def draw(self, cache, rows, batch):
         cache.pos[list(rows)] += 1
         ids = self.rng.integers(0, 50000, len(rows))  # never <|endoftext|>
         return SampleOutput(ids, np.zeros(len(rows), np.float32) if batch.logprobs else None, None, None)
@@ -64,6 +77,89 @@ class StubModel:
         self.runner = StubRunner(self.config, step_s)
 
 
+class TimedStubRunner(StubRunner):
+    """The stub without sleep, counting the engine thread's CPU time inside sample_rows (the stub's, not the host
+    work measured) and the decode steps of exactly ``full`` rows."""
+
+    def __init__(self, config, full, step_s):
+        super().__init__(config, step_s)
+        self.full, self.steps, self.stub_s = full, 0, 0.0
+
+    def draw(self, cache, rows, batch):
+        t = time.thread_time()
+        out = super().draw(cache, rows, batch)
+        self.stub_s += time.thread_time() - t
+        self.steps += len(rows) == self.full
+        return out
+
+
+def measure(tok, rows: int, max_tokens: int, step_s: float) -> dict:
+    """``rows`` one-row streams of max_tokens tokens each (temperature 0.8, top-p 0.95), over a stub decode step
+    of step_s seconds of sleep; -> host figures."""
+    from gpt2block.engine import Engine
+    from gpt2block import server
+    from gpt2block.server import Checked, Metrics, _Answer, _Mailbox, _stream
+    from gpt2block.engine import Job
+    from gpt2block.sampler import SamplingParams
+
+    model = StubModel(tok, 0.0)
+    model.runner = TimedStubRunner(model.config, rows, step_s)
+    engine = Engine(lambda: model, rows, 4 * rows, 512, Metrics(), **(
+        {"deliver_step": server._deliver_step} if hasattr(server, "_deliver_step") else {}))  # as serve() makes it
+    engine_cpu = {}
+    step = engine._step
+
+    def timed_step():
+        t = time.thread_time()
+        step()
+        engine_cpu["s"] = engine_cpu.get("s", 0.0) + time.thread_time() - t
+        engine_cpu["steps"] = engine_cpu.get("steps", 0) + 1
+
+    engine._step = timed_step
+    engine.start()
+    engine.ready.wait()
+    tok.token_bytes()  # the detokenizer's table, built once per process: not counted
+    model.runner.steps, model.runner.stub_s = 0, 0.0
+    params = SamplingParams(temperature=0.8, top_p=0.95)
+    prompt = tok.encode("The quick brown fox jumps over the lazy dog")
+
+    async def run() -> tuple[int, int, float]:
+        loop = asyncio.get_running_loop()
+        box = _Mailbox.of(loop)
+        streams, nbytes, chunks = [], 0, 0
+        never = loop.create_future()  # the disconnect watcher of a client that stays
+        c = Checked([prompt], [""], 1, params, max_tokens, 1, [], None, False, True, False)
+        for i in range(rows):
+            events = server._Events() if hasattr(server, "_Events") else asyncio.Queue()  # as _run makes it
+            job = Job([prompt], 1, params, max_tokens, i, [], None, False, tok,
+                      server._Sink(box, events) if hasattr(server, "_Sink") else
+                      (lambda items, q=events: box.post(q, items)), 600.0)
+            engine.submit(job)
+            streams.append(_stream(job, events, _Answer(c, tok, "bench"), never))
+
+        async def drain(gen):
+            nonlocal nbytes, chunks
+            async for chunk in gen:
+                nbytes += len(chunk)
+                chunks += 1
+
+        t_cpu, t_wall = time.thread_time(), time.perf_counter()
+        await asyncio.gather(*(drain(g) for g in streams))
+        return time.thread_time() - t_cpu, time.perf_counter() - t_wall, nbytes, chunks
+
+    e0 = dict(engine_cpu)
+    loop_cpu, wall, nbytes, chunks = asyncio.run(run())
+    engine.end_now()
+    engine.finished.wait()
+    steps = engine_cpu["steps"] - e0.get("steps", 0)
+    host = engine_cpu["s"] - e0.get("s", 0.0) - model.runner.stub_s
+    tokens = rows * max_tokens
+    return {"rows": rows, "steps": steps, "full_steps": model.runner.steps, "tokens": tokens,
+            "engine_us_per_step": 1e6 * host / steps, "stub_us_per_step": 1e6 * model.runner.stub_s / steps,
+            "loop_us_per_token": 1e6 * loop_cpu / tokens, "wall_us_per_step": 1e6 * wall / steps,
+            "loop_us_per_event": 1e6 * loop_cpu / chunks, "events": chunks, "bytes": nbytes}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokenizer", required=True, help="a GPT-2 tokenizer.json")
@@ -71,8 +167,24 @@ def main() -> int:
     ap.add_argument("--step-ms", type=float, default=1.0)
     ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--profile", default=None)
+    ap.add_argument("--measure", type=int, nargs="+", default=None, metavar="ROWS")
+    ap.add_argument("--max-tokens", type=int, default=400, help="--measure: tokens per stream")
+    ap.add_argument("--repeat", type=int, default=1, help="--measure: runs per ROWS; each figure's least is shown")
+    ap.add_argument("--measure-step-ms", type=float, default=1.0, help="--measure: the stub decode step's sleep")
     args = ap.parse_args()
     tok = Tokenizer.from_file(args.tokenizer)
+    if args.measure:
+        sys.setswitchinterval(2e-4)  # as serve() sets it
+        for rows in args.measure:
+            runs = [measure(tok, rows, args.max_tokens, args.measure_step_ms / 1e3) for _ in range(args.repeat)]
+            r = {k: min(x[k] for x in runs) if k.endswith(("_step", "_token", "_event")) else runs[0][k]
+                 for k in runs[0]}  # each figure: its least over the repeats (a shared machine's noise adds)
+            print(f"rows {r['rows']:4d}: engine host {r['engine_us_per_step']:7.1f} us/step (stub "
+                  f"{r['stub_us_per_step']:.1f} taken out; {r['steps']} steps, {r['full_steps']} of {rows} rows)  "
+                  f"event loop {r['loop_us_per_token']:5.1f} us/token, {r['loop_us_per_event']:5.1f} us/event "
+                  f"({r['events']} events for {r['tokens']} tokens)  wall {r['wall_us_per_step']:7.1f} us/step "
+                  f"(sleep {args.measure_step_ms * 1e3:.0f})", flush=True)
+        return 0
     prof = cProfile.Profile() if args.profile else None
 
     def load():

@@ -67,7 +67,7 @@ class ShuttingDown(RuntimeError):
     """The server ended the request at the end of its drain deadline."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Piece:
     """What one row produced in one step: a token (and the text now safe to stream), or its end."""
 
@@ -139,8 +139,12 @@ class Engine:
     where it is used) and returns a gpt2block Model; ``metrics`` receives the events it counts."""
 
     def __init__(self, load: Callable[[], object], max_batch: int, max_queue: int, prefill_chunk: int,
-                 metrics=None, log: Callable[[str], None] = lambda m: None):
+                 metrics=None, log: Callable[[str], None] = lambda m: None,
+                 deliver_step: Optional[Callable[[list], None]] = None):
         self._load = load
+        # a step's deliveries, [(job, pieces)], handed over in one call (the server wakes its event loop once
+        # per step, not once per request); None: each job's deliver(pieces)
+        self.deliver_step = deliver_step
         self.max_batch, self.max_queue, self.prefill_chunk = max_batch, max_queue, prefill_chunk
         self.metrics = metrics
         self.log = log
@@ -215,6 +219,7 @@ class Engine:
             runner.check_batch(self.max_batch)
             self.cache = runner.new_cache(self.max_batch)
             self._warm()
+            self.model.tokenizer.token_texts()  # the detokenizer's tables: built here, not at the first request
         except BaseException as e:  # reported by the server, which exits with it
             self.error = e
             self.finished.set()
@@ -280,8 +285,12 @@ class Engine:
         self._prefill(out)
         self._decode(out)
         self._out = {}
-        for job, items in out.items():
-            job.deliver(items)
+        if self.deliver_step is not None:
+            if out:
+                self.deliver_step(list(out.items()))
+        else:
+            for job, items in out.items():
+                job.deliver(items)
         with self._cv:
             self._gauges()
 
@@ -421,36 +430,38 @@ class Engine:
         """Each row receives its drawn token: record it, decide whether the row stops, queue its piece."""
         now = time.monotonic()
         m = self.metrics
+        eot = self.eot
         made, ttfts, itls = 0, [], []
-        for i, row in enumerate(rows):
-            job, tok = row.job, int(drawn.ids[i])
-            piece = Piece(row.index, "")
+        for i, (row, tok) in enumerate(zip(rows, np.asarray(drawn.ids).tolist())):
+            job = row.job
             row.feed = None
-            if tok == self.eot:
+            if tok == eot:
                 row.finish = "stop"
+                piece = Piece(row.index, "")
             else:
-                row.output_ids.append(tok)
-                piece.token = tok
+                ids, rt = row.output_ids, row.text
+                ids.append(tok)
+                lp = top = None
                 if job.top_logprobs is not None:
-                    piece.logprob = float(drawn.logprobs[i])
-                    piece.top = [] if drawn.top_ids is None else [
+                    lp = float(drawn.logprobs[i])
+                    top = [] if drawn.top_ids is None else [
                         (int(a), float(b)) for a, b in
                         zip(drawn.top_ids[i][:job.top_logprobs], drawn.top_logprobs[i][:job.top_logprobs])]
-                piece.text = row.text.push(tok)
-                if row.text.stop_string is not None:
+                piece = Piece(row.index, rt.push(tok), tok, lp, top)
+                if rt.stop_string is not None:
                     row.finish = "stop"
-                elif len(row.output_ids) >= job.max_tokens:
+                elif len(ids) >= job.max_tokens:
                     row.finish = "length"
                 else:
                     row.feed = tok
                 made += 1
                 if not job.first_token_seen:
                     ttfts.append(now - job.arrived)
+                    job.first_token_seen = True
                 if row.last_token_at:
                     itls.append(now - row.last_token_at)
-                job.first_token_seen = True
                 row.last_token_at = now
-            if row.done:
+            if row.finish is not None:
                 piece.text += row.text.finish()
                 piece.finish = row.finish
                 self._free(row, row.finish)

@@ -446,12 +446,8 @@ async def _watch(request: Request, job: Job) -> None:
 
 async def _run(request: Request, engine: Engine, c: Checked, tokenizer, served_name: str, limits: Limits,
                metrics: Metrics):
-    events: asyncio.Queue = asyncio.Queue()
-    mailbox = _Mailbox.of(asyncio.get_running_loop())
-
-    def deliver(items) -> None:  # from the engine thread
-        mailbox.post(events, items)
-
+    events = _Events()
+    deliver = _Sink(_Mailbox.of(asyncio.get_running_loop()), events)
     job = Job(c.prompts, c.n, c.params, c.max_tokens, c.seed, c.stop, c.logprobs,
               c.echo and c.logprobs is not None, tokenizer, deliver, limits.request_timeout)
     try:
@@ -468,27 +464,27 @@ async def _run(request: Request, engine: Engine, c: Checked, tokenizer, served_n
                                  headers={"Cache-Control": "no-cache"})
     try:
         while not answer.complete:
-            getter = asyncio.ensure_future(events.get())
+            getter = asyncio.ensure_future(events.get_all())
             await asyncio.wait((getter, watcher), return_when=asyncio.FIRST_COMPLETED)
             if not getter.done():  # the client left: the job is cancelled, nobody reads an answer
                 getter.cancel()
                 return Response(status_code=499)
-            items = getter.result()
-            if isinstance(items, BaseException):
-                raise _from_engine(items)
+            items, err = _ready(getter.result())
             answer.add(items)
+            if err is not None:
+                raise _from_engine(err)
     finally:
         watcher.cancel()
         job.cancel()
     return answer.full()
 
 
-async def _stream(job: Job, events: asyncio.Queue, answer: "_Answer", watcher):
+async def _stream(job: Job, events: "_Events", answer: "_Answer", watcher):
     try:
         if answer.c.echo and not job.prompt_logprobs:
             yield _sse(answer.chunk([answer.echo_piece(i) for i in range(len(answer.choices))]))
         while not answer.complete:
-            items, err = _ready(await events.get(), events)
+            items, err = _ready(await events.get_all())
             if items:
                 yield answer.sse(answer.add(items))
             if err is not None:
@@ -503,17 +499,44 @@ async def _stream(job: Job, events: asyncio.Queue, answer: "_Answer", watcher):
         job.cancel()
 
 
-def _ready(first, events: asyncio.Queue) -> tuple[list, Optional[BaseException]]:
-    """``first`` and every delivery already waiting behind it, as one list of pieces (a stream that fell behind
-    the engine sends them as one chunk, a choice's pieces joined), and the error that ended the request."""
-    items, err = [], None
-    while True:
-        if isinstance(first, BaseException):
-            return items, first
-        items.extend(first)
-        if events.empty():
-            return items, err
-        first = events.get_nowait()
+def _ready(deliveries: list) -> tuple[list, Optional[BaseException]]:
+    """The deliveries waiting for a response (each a list of pieces, or the error that ended the request), as one
+    list of pieces (a stream that fell behind the engine sends them as one chunk, a choice's pieces joined), and
+    the error that ended the request (the pieces before it are kept, those after it dropped)."""
+    if len(deliveries) == 1 and not isinstance(deliveries[0], BaseException):
+        return deliveries[0], None
+    items = []
+    for d in deliveries:
+        if isinstance(d, BaseException):
+            return items, d
+        items.extend(d)
+    return items, None
+
+
+class _Events:
+    """One response's deliveries, put by its loop's mailbox; get_all() waits for some and takes all of them
+    (lighter than an asyncio.Queue: one waiter, no maxsize)."""
+
+    __slots__ = ("items", "waiter")
+
+    def __init__(self):
+        self.items: list = []
+        self.waiter: Optional[asyncio.Future] = None
+
+    def put_nowait(self, delivery) -> None:
+        self.items.append(delivery)
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def get_all(self) -> list:
+        while not self.items:
+            self.waiter = asyncio.get_running_loop().create_future()
+            await self.waiter
+        items, self.items = self.items, []
+        return items
 
 
 class _Mailbox:
@@ -533,8 +556,12 @@ class _Mailbox:
         self.loop, self.lock, self.pending, self.scheduled = loop, threading.Lock(), [], False
 
     def post(self, queue: asyncio.Queue, items) -> None:
+        self.post_many([(queue, items)])
+
+    def post_many(self, posts: list) -> None:
+        """[(queue, items)]: one wake-up of the loop for all of them."""
         with self.lock:
-            self.pending.append((queue, items))
+            self.pending.extend(posts)
             if self.scheduled:
                 return
             self.scheduled = True
@@ -550,7 +577,33 @@ class _Mailbox:
             queue.put_nowait(items)
 
 
+class _Sink:
+    """A job's deliver(items) from the engine thread: into its response's queue through its loop's mailbox."""
+
+    __slots__ = ("mailbox", "queue")
+
+    def __init__(self, mailbox: _Mailbox, queue: asyncio.Queue):
+        self.mailbox, self.queue = mailbox, queue
+
+    def __call__(self, items) -> None:
+        self.mailbox.post(self.queue, items)
+
+
+def _deliver_step(pairs: list) -> None:
+    """The engine's deliveries of one step, [(job, items)]: one post (one wake-up) per event loop."""
+    boxes: dict = {}
+    for job, items in pairs:
+        sink = job.deliver
+        if type(sink) is _Sink:
+            boxes.setdefault(sink.mailbox, []).append((sink.queue, items))
+        else:
+            sink(items)
+    for box, posts in boxes.items():
+        box.post_many(posts)
+
+
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_json_str = json.encoder.encode_basestring  # what _JSON.encode(a str) returns, without its checks
 
 
 def _sse(obj) -> str:
@@ -574,13 +627,14 @@ class _Answer:
         self.created = int(time.time())
         self.choices = [_Choice() for _ in range(len(c.prompts) * c.n)]
         self._sse_head = None  # sse()'s 'data: {"id":...,"choices":['
+        self.unfinished = len(self.choices)
         if c.echo:
             for i, ch in enumerate(self.choices):
                 ch.text = c.prompt_texts[i // c.n]
 
     @property
     def complete(self) -> bool:
-        return all(ch.finish is not None for ch in self.choices)
+        return self.unfinished == 0
 
     def _token(self, ch: _Choice, tok: int, lp, top) -> dict:
         s = self.tok.decode([tok])
@@ -602,9 +656,10 @@ class _Answer:
     def add(self, items: list) -> list[tuple[int, str, Optional[dict], Optional[str]]]:
         """Take one step's pieces; -> (choice, text, logprobs of this piece, finish) for stream chunks."""
         out = []
+        choices, want_lp = self.choices, self.c.logprobs is not None
         for it in items:
-            ch = self.choices[it.index]
-            if isinstance(it, PromptLogprobs):
+            ch = choices[it.index]
+            if type(it) is PromptLogprobs:
                 ids = self.c.prompts[it.index // self.c.n]
                 offset, lp = 0, {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
                 for tok, v, top in zip(ids, it.logprobs, it.top):
@@ -616,16 +671,21 @@ class _Answer:
                     offset += len(s)
                 out.append((it.index, self.c.prompt_texts[it.index // self.c.n], lp, None))
                 continue
-            lp = None
+            lp, text, fin = None, it.text, it.finish
             if it.token is not None:
                 ch.generated += 1
-                if self.c.logprobs is not None:
+                if want_lp:
                     lp = self._token(ch, it.token, it.logprob, it.top)
-            ch.text += it.text
-            if it.finish is not None:
-                ch.finish = it.finish
-            if it.text or lp is not None or it.finish is not None:
-                out.append((it.index, it.text, lp, it.finish))
+            if text:
+                ch.text += text
+            if fin is not None:
+                if ch.finish is None:
+                    self.unfinished -= 1
+                ch.finish = fin
+            if text or lp is not None or fin is not None:
+                out.append((it.index, text, lp, fin))
+        if len(out) <= 1:
+            return out
         merged: dict = {}  # one entry per choice (a row's first token and its next can come in one step)
         for i, text, lp, fin in out:
             if i in merged:
@@ -652,6 +712,11 @@ class _Answer:
         than at every token (a stream's one event per token is most of the event loop's work)."""
         if self._sse_head is None:
             self._sse_head = _sse({**self._head(), "choices": []})[:-4]  # 'data: {..."choices":['
+        if len(pieces) == 1:  # a stream's usual event: one choice's text
+            i, text, lp, fin = pieces[0]
+            if lp is None and fin is None:
+                return f'{self._sse_head}{{"index":{i},"text":{_json_str(text)},"logprobs":null,' \
+                       f'"finish_reason":null}}]}}\n\n'
         dumps = _JSON.encode
         parts = [f'{{"index":{i},"text":{dumps(text)},"logprobs":{"null" if lp is None else dumps(lp)},'
                  f'"finish_reason":{"null" if fin is None else dumps(fin)}}}' for i, text, lp, fin in pieces]
@@ -687,7 +752,7 @@ def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key:
     # as it comes instead of after the engine's next few steps (Python's default is 5 ms).
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     metrics = Metrics()
-    engine = Engine(load, limits.max_batch, limits.max_queue, limits.prefill_chunk, metrics, log)
+    engine = Engine(load, limits.max_batch, limits.max_queue, limits.prefill_chunk, metrics, log, _deliver_step)
     app = create_app(engine, served_name, limits, api_key, metrics)
 
     interrupted = threading.Event()  # a second signal cut the drain short

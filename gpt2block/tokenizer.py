@@ -44,6 +44,7 @@ class Tokenizer:
                 f"this one's decoder is {type(tok.decoder).__name__}"
             )
         self._token_bytes: list[bytes] | None = None
+        self._token_texts: list[str | None] | None = None
 
     # ---- construction
 
@@ -124,6 +125,19 @@ class Tokenizer:
             self._token_bytes = token_bytes_table(self._tok, self.source)
         return self._token_bytes
 
+    def token_texts(self) -> list[str | None]:
+        """id -> the text of that token's bytes when they are whole UTF-8 characters, else None (built once, on
+        first use, with token_bytes)."""
+        if self._token_texts is None:
+            texts = []
+            for b in self.token_bytes():
+                try:
+                    texts.append(b.decode("utf-8"))
+                except UnicodeDecodeError:
+                    texts.append(None)
+            self._token_texts = texts
+        return self._token_texts
+
     def _check_ids(self, ids: Iterable[int]) -> list[int]:
         out = []
         for i in ids:
@@ -182,13 +196,25 @@ class StreamDecoder:
     def __init__(self, tokenizer: Tokenizer):
         self.tokenizer = tokenizer
         self._table = tokenizer.token_bytes()
+        self._texts = tokenizer.token_texts()
+        self._vocab = tokenizer.vocab_size
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = False  # the UTF-8 decoder holds bytes of an unfinished character
 
     def push(self, token_id: int) -> str:
         """Add one id; return the text now complete ('' while a character is unfinished)."""
-        (i,) = self.tokenizer._check_ids([token_id])
-        return self._utf8.decode(self._table[i])
+        i = int(token_id)
+        if not 0 <= i < self._vocab:
+            (i,) = self.tokenizer._check_ids([i])  # raises: outside the vocabulary
+        if not self._pending:  # nothing held back: a token of whole characters is its own text
+            text = self._texts[i]
+            if text is not None:
+                return text
+        text = self._utf8.decode(self._table[i])
+        self._pending = bool(self._utf8.getstate()[0])
+        return text
 
     def flush(self) -> str:
         """Whatever is left: an unfinished character comes out as U+FFFD."""
+        self._pending = False
         return self._utf8.decode(b"", final=True)
