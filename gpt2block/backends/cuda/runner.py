@@ -827,6 +827,7 @@ class CudaRunner(Runner):
                 self._decode_step(st)
                 st.warm = True
         cache.pos[rows] += 1
+
     def _sample_steps(self, cache: Cache, tokens: np.ndarray, batch: SamplingBatch, max_steps: Optional[int]):
         """Runs one step ahead, as _greedy_steps does: each step is the decode kernels and the draw
         (kernels/sampler.cu) in one graph, the draw writing the next step's ids on the device (and into
