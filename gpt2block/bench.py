@@ -337,12 +337,17 @@ def bench_prefill(torch, reps, size="gpt2", t=1024):
 
 
 def _ours_decode_rate(torch, runner, batch, steps, reps, prompt_len=16):
-    """Tokens/s of runner.greedy_steps (as generate() runs greedy decode): the loop alone timed by
-    the wall clock, the prefill before it run and synchronized outside the timing (median of reps
-    after 2 warm-up runs). (Until version 13 the prefill was timed in a separate loop and subtracted,
+    """Tokens/s of runner.greedy_steps (as generate() runs greedy decode) after random prompts of prompt_len
+    tokens: _greedy_stream_rate. (Until version 13 the prefill was timed in a separate loop and subtracted,
     which let its noise swing the batch-8 rows by a fifth.)"""
     rng = np.random.default_rng()
-    prompts = rng.integers(0, 50257, (batch, prompt_len))
+    return _greedy_stream_rate(torch, runner, rng.integers(0, 50257, (batch, prompt_len)), steps, reps)
+
+
+def _greedy_stream_rate(torch, runner, prompts, steps, reps):
+    """Tokens/s of runner.greedy_steps after ``prompts`` (one row each): the loop alone timed by the wall
+    clock, the prefill before it run and synchronized outside the timing (median of reps after 2 warm-up runs)."""
+    batch = len(prompts)
     cache = runner.new_cache(batch)
     times = []
     for i in range(reps + 2):
@@ -501,7 +506,7 @@ def bench_generate(torch, quick=False, batches=GENERATE_BATCHES, log=print):
             res["runs"].append(row)
             log(f"generate b{b} {mode}: wall {wall:,.0f} tok/s, decode {dec:,.0f} tok/s, prefill {pre:.1f} ms")
     runner_ids = np.array(generate_prompts(1)[0])
-    res["runner_greedy_b1_tok_s"] = _ours_decode_rate_prompts(torch, model.runner, runner_ids, new, reps=5)
+    res["runner_greedy_b1_tok_s"] = _greedy_stream_rate(torch, model.runner, [runner_ids], new, reps=5)
     # transformers' generate, bounded in time
     spent, peer = 0.0, {}
     model_hf.generation_config.pad_token_id = V - 1
@@ -536,23 +541,6 @@ def bench_generate(torch, quick=False, batches=GENERATE_BATCHES, log=print):
     res["peer"] = peer
     del model, model_hf
     return res
-
-
-def _ours_decode_rate_prompts(torch, runner, prompt, steps, reps):
-    """_ours_decode_rate on one given prompt at batch 1: runner.greedy_steps' tokens/s (median of reps)."""
-    cache = runner.new_cache(1)
-    times = []
-    for i in range(reps + 2):
-        cache.reset()
-        tok = np.array([int(np.argmax(runner.prefill(cache, 0, prompt)))])
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in runner.greedy_steps(cache, tok, max_steps=steps):
-            pass
-        torch.cuda.synchronize()
-        if i >= 2:
-            times.append(time.perf_counter() - t0)
-    return steps / float(np.median(times))
 
 
 def generate_rows(g) -> list:

@@ -1,6 +1,8 @@
 """The benchmark's generate section without a GPU: its prompts encode to exactly their ids through the byte
 tokenizer the section writes into the checkpoint, and its rows hold the issue's targets and verdicts."""
 
+import numpy as np
+
 from gpt2block import bench
 from gpt2block.tokenizer import Tokenizer
 
@@ -55,3 +57,35 @@ def test_markdown_has_the_table():
     assert "| 1 | t=1 top-k 50 | 4,050 | 4,500 | 3.0 | 128 | 130 | 31.2x |" in md
     assert "skipped: too long" in md
     assert "ratio>= 0.95 | MISSED" in md
+
+
+def test_greedy_stream_rate_feeds_each_rows_argmax_and_times_the_steps():
+    """bench._greedy_stream_rate (the decode rows and generate's runner comparison) on a stand-in runner: each
+    row's first token is the argmax of its prefill logits, the stream runs `steps` steps, tokens/s is
+    batch * steps over the median loop time."""
+    import types
+
+    fed = []
+
+    class Cache:
+        def reset(self):
+            pass
+
+    class Runner:
+        def new_cache(self, batch):
+            return Cache()
+
+        def prefill(self, cache, row, ids):
+            logits = np.zeros(7, np.float32)
+            logits[(row + len(ids)) % 7] = 1.0
+            return logits
+
+        def greedy_steps(self, cache, tok, max_steps):
+            fed.append(np.asarray(tok).tolist())
+            for _ in range(max_steps):
+                yield tok
+
+    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=lambda: None))
+    rate = bench._greedy_stream_rate(torch, Runner(), [np.arange(3), np.arange(5)], steps=4, reps=3)
+    assert fed == [[3, 6]] * 5  # 2 warm-up runs + 3 timed
+    assert rate > 0 and np.isfinite(rate)
