@@ -23,7 +23,9 @@
 //      stream: W_qkv's beside the first LayerNorm, the other three once the QKV GEMM is queued, beside
 //      attention), wgmma attention (attention_wgmma.cu) with its split-key plan;
 //   2  sm_80 and later without them (sm_80, 86, 89, plain sm_90, sm_100, ...): mma.sync TF32 tensor cores
-//      (gemm_mma.cuh, attention.cu's prefill kernels), each GEMM on the tile with the least estimated time;
+//      (gemm_mma_vec.cuh where K and N are multiples of 4 and A, W 16-byte aligned, as the block's are
+//      for any torch-allocated weights; else gemm_mma.cuh; attention.cu's prefill kernels), each GEMM on
+//      the tile with the least estimated time;
 //   1  older targets (sm_75, the T4: no cp.async, no TF32 tensor cores): FFMA in fp32 throughout
 //      (gemm_simt.cuh, attention_prefill_f32), in both precisions.
 // The host cannot see __CUDA_ARCH__, and a fat binary or a PTX build (compute_75 PTX JIT-compiled for a
@@ -32,7 +34,8 @@
 // compilation, so the host launches only that path's kernels; the other paths' kernels are compiled with
 // empty bodies (or traps) there and are never launched.
 //
-// The scratch (h, qkv, a, f: 9 x seq_len x 768 floats; the wgmma path's attention planes and every
+// The scratch (h, qkv, a, f: 9 x seq_len x 768 floats; on the mma.sync path SOLVE_VEC_SPLITK_MAX x seq_len x
+// 768 more for split K's partials; the wgmma path's attention planes and every
 // path's split-key partials) is allocated at the first call and regrown only when a longer seq_len
 // arrives; the wgmma path's weight planes (2 x 7.1M floats in fp32 mode) once. No cudaMalloc on the hot
 // path. Kernels run on the legacy default stream (the stream of a torch or CuPy program that set none),
@@ -49,6 +52,7 @@
 #include "common.cuh"
 #include "gemm_epilogue.cuh"
 #include "gemm_mma.cuh"
+#include "gemm_mma_vec.cuh"
 #include "gemm_simt.cuh"
 #include "gemm_wgmma.cuh"
 #include "layernorm.cu"
@@ -61,6 +65,12 @@
 #endif
 #ifndef SOLVE_MMA_TILES
 #error "SOLVE_MMA_TILES is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef SOLVE_VEC_TILES
+#error "SOLVE_VEC_TILES is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef SOLVE_VEC_SPLITK_MAX
+#error "SOLVE_VEC_SPLITK_MAX is set by gpt2block/backends/cuda/build.py"
 #endif
 #ifndef SOLVE_WG_TILES
 #error "SOLVE_WG_TILES is set by gpt2block/backends/cuda/build.py"
@@ -106,6 +116,22 @@ __global__ void __launch_bounds__(T::THREADS) solve_gemm_mma(GEMM_PARAMS, int ep
 }
 
 template <class T>
+__global__ void __launch_bounds__(T::THREADS) solve_gemm_vec(GEMM_PARAMS, int epi) {
+#if SOLVE_CODE_PATH == 2
+    gemm_mma_vec_body<T, PASSES, GEMM_EPI_RUNTIME>(A, B, bias, R, C, M, N, K, epi);
+#endif
+}
+
+// Split K's second pass (gemm_mma_vec.cuh): C = epi(sum of `splits` partials [M, N] at P + bias).
+__global__ void __launch_bounds__(256) solve_gemm_vec_reduce(const float* __restrict__ P, int splits,
+                                                           const float* __restrict__ bias, const float* R,
+                                                           float* C, int M, int N, int epi) {
+#if SOLVE_CODE_PATH == 2
+    gemm_vec_splitk_reduce(P, splits, bias, R, C, M, N, epi);
+#endif
+}
+
+template <class T>
 __global__ void __launch_bounds__(T::THREADS, 1) solve_gemm_wg(GEMM_PARAMS, int epi) {
 #if SOLVE_CODE_PATH == 3
     gemm_wg_body<T, PASSES, GEMM_EPI_RUNTIME>(A, B, bias, R, C, M, N, K, epi);
@@ -139,6 +165,20 @@ SOLVE_MMA_TILES
 constexpr int N_MMA_TILES = 0 SOLVE_MMA_TILES;
 #undef SOLVE_MMA_TILE
 
+template <int I>
+struct VecTile;
+#define SOLVE_VEC_TILE(i, bm, bn, wm, wn, stages, per_sm, speed)                            \
+    template <>                                                                              \
+    struct VecTile<i> {                                                                      \
+        typedef GemmVecTile<bm, bn, wm, wn, stages> T;                                       \
+        static TileInfo info() { return {bm, bn, per_sm, speed, (unsigned)T::SMEM_BYTES}; } \
+    };
+SOLVE_VEC_TILES
+#undef SOLVE_VEC_TILE
+#define SOLVE_VEC_TILE(...) +1
+constexpr int N_VEC_TILES = 0 SOLVE_VEC_TILES;
+#undef SOLVE_VEC_TILE
+
 constexpr int WG_PLANES = PASSES == 3 ? 2 : 1;
 template <int I>
 struct WgTile;
@@ -167,6 +207,7 @@ struct State {
     float* qkv = nullptr;  // [rows, 3D]
     float* att = nullptr;  // [rows, D]   attention output
     float* f = nullptr;    // [rows, 4D]  GELU(FC) output
+    float* partials = nullptr;  // [SOLVE_VEC_SPLITK_MAX, rows, D]  split K's partial sums (mma.sync path)
     int rows = 0;
     // split-key attention: partials and tickets (the kernels leave the tickets zero)
     float* part_o = nullptr;   // [slots][64][64]
@@ -194,6 +235,8 @@ static bool ok(cudaError_t e, const char* what) {
 static bool launched(const char* what) { return ok(cudaGetLastError(), what); }
 
 static long long cdiv(long long a, long long b) { return (a + b - 1) / b; }
+
+static bool aligned16(const void* p) { return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0; }
 
 // ---------------------------------------------------------------------------------------------
 // The choice of tile (cuda/linear.py: pick_tile, pick_wg_tile without split K): whole waves of blocks,
@@ -241,6 +284,53 @@ static void dispatch_mma(int tile, const float* A, const float* B, const float* 
     if constexpr (I > 0) dispatch_mma<I - 1>(tile, A, B, bias, R, C, M, N, K, epi);
 }
 
+// splits > 1: the partials into st.partials, then the reduce applies the epilogue.
+template <class T>
+static void launch_vec(const float* A, const float* B, const float* bias, const float* R, float* C, int M, int N,
+                       int K, int epi, int splits) {
+    static bool attr = false;  // per instantiation
+    if (!attr) {
+        cudaFuncSetAttribute(solve_gemm_vec<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES);
+        attr = true;
+    }
+    const dim3 grid((unsigned)cdiv(M, T::BM), (unsigned)cdiv(N, T::BN), (unsigned)splits);
+    if (splits == 1) {
+        solve_gemm_vec<T><<<grid, T::THREADS, T::SMEM_BYTES>>>(A, B, bias, R, C, M, N, K, epi);
+        return;
+    }
+    solve_gemm_vec<T><<<grid, T::THREADS, T::SMEM_BYTES>>>(A, B, nullptr, nullptr, st.partials, M, N, K,
+                                                           GEMM_EPI_NONE);
+    solve_gemm_vec_reduce<<<(unsigned)cdiv((long long)M * N / 4, 256), 256>>>(st.partials, splits, bias, R, C, M, N,
+                                                                               epi);
+}
+
+template <int I = N_VEC_TILES - 1>
+static void dispatch_vec(int tile, const float* A, const float* B, const float* bias, const float* R, float* C,
+                         int M, int N, int K, int epi, int splits) {
+    if (tile == I) return launch_vec<typename VecTile<I>::T>(A, B, bias, R, C, M, N, K, epi, splits);
+    if constexpr (I > 0) dispatch_vec<I - 1>(tile, A, B, bias, R, C, M, N, K, epi, splits);
+}
+
+// The vec tile and split of K: pick's cost, over splits 1 .. SOLVE_VEC_SPLITK_MAX as well where one
+// split's blocks fill less than a wave and N <= D (the partials' room: [splits, rows, D]), each split at
+// least 4 k tiles; a split costs its waves over `splits` times 1.25 (the partials' writes and the reduce).
+static int pick_vec(const TileInfo* t, int m, int n, int k, int* splits) {
+    int best = -1;
+    double best_cost = 0;
+    for (int i = 0; i < N_VEC_TILES; ++i) {
+        if ((int)t[i].smem > st.smem_optin) continue;
+        const long long blocks = cdiv(m, t[i].bm) * cdiv(n, t[i].bn);
+        const long long slots = (long long)st.sms * t[i].per_sm;
+        const int max_s = blocks < slots && n <= D ? SOLVE_VEC_SPLITK_MAX : 1;
+        for (int s = 1; s <= max_s && (s == 1 || cdiv(k, 32) >= 4 * s); ++s) {
+            const double cost = (double)cdiv(blocks * s, slots) * t[i].bm * t[i].bn * t[i].per_sm / t[i].speed / s *
+                                (s > 1 ? 1.25 : 1.0);
+            if (best < 0 || cost < best_cost) best = i, best_cost = cost, *splits = s;
+        }
+    }
+    return best;
+}
+
 template <class T>
 static void launch_wg(const float* A, const float* P, const float* bias, const float* R, float* C, int M, int N,
                       int K, int epi) {
@@ -271,6 +361,15 @@ static bool gemm(const float* A, const float* W, const float* P, const float* bi
         const int i = pick(t, N_WG_TILES, M, N);
         if (i < 0) return ok(cudaErrorInvalidConfiguration, what);
         dispatch_wg(i, A, P, bias, R, C, M, N, K, EPI);
+    } else if (st.path == PATH_MMA && K % 4 == 0 && N % 4 == 0 && aligned16(A) && aligned16(W)) {
+        // 16-byte fragment reads (gemm_mma_vec.cuh); else gemm_mma.cuh's general body, below
+        static TileInfo t[N_VEC_TILES];
+        static bool filled = false;
+        if (!filled) tile_infos<N_VEC_TILES - 1, VecTile>(t), filled = true;
+        int splits = 1;
+        const int i = pick_vec(t, M, N, K, &splits);
+        if (i < 0) return ok(cudaErrorInvalidConfiguration, what);
+        dispatch_vec(i, A, W, bias, R, C, M, N, K, EPI, splits);
     } else if (st.path == PATH_MMA) {
         static TileInfo t[N_MMA_TILES];
         static bool filled = false;
@@ -478,15 +577,18 @@ static bool setup() {
 static bool ensure_workspace(int rows) {
     if (rows <= st.rows) return true;
     cudaDeviceSynchronize();  // queued work may still use the old one
-    cudaFree(st.h);           // one allocation holds all four; cudaFree(nullptr) is a no-op
-    st.h = st.qkv = st.att = st.f = nullptr;
+    cudaFree(st.h);           // one allocation holds them all; cudaFree(nullptr) is a no-op
+    st.h = st.qkv = st.att = st.f = st.partials = nullptr;
     st.rows = 0;
+    const int partials = st.path == PATH_MMA ? SOLVE_VEC_SPLITK_MAX : 0;  // split K's room: that path's
     float* base = nullptr;
-    if (!ok(cudaMalloc(&base, sizeof(float) * (size_t)rows * 9 * D), "cudaMalloc of the workspace")) return false;
+    if (!ok(cudaMalloc(&base, sizeof(float) * (size_t)rows * (9 + partials) * D), "cudaMalloc of the workspace"))
+        return false;
     st.h = base;
     st.qkv = st.h + (size_t)rows * D;
     st.att = st.qkv + (size_t)rows * 3 * D;
     st.f = st.att + (size_t)rows * D;
+    st.partials = st.f + (size_t)rows * 4 * D;
     st.rows = rows;
     return true;
 }

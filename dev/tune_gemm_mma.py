@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""The mma.sync GEMM (the export's path on sm_80+ without the sm_90a features) on the block's four
+products at seq_len M: each kernel variant x tile x precision, its error and TFLOP/s, next to torch.
+
+    python dev/tune_gemm_mma.py [--m 1024] [--variants 01,02] [--precisions tf32x3,tf32] [--quick]
+
+Variants:
+  01  kernels/gemm_mma.cuh, the general body (gemm.cu built with the tile's defines)
+  02  kernels/gemm_mma_vec.cuh: k and n permuted so that fragments are 16-byte LDS, swizzled tiles
+  03  dev/gemm_mma/03_direct_acc.cuh: 02 with tf32x3's products accumulated in the tensor core, a
+      two-instruction split (dropped: 10.6-41.8x torch fp32's error, hardly faster)
+  04  the same file with PARTIAL: a k16 chunk's products summed from zero, then FADDed into acc (dropped:
+      0.6-1.4x torch's error, but slower than 02 on three of the four products)
+Results: docs/PERFORMANCE.md, version 40.
+Each product C = A @ B + bias (A [M, K] uniform in [-1, 1], B [K, N] N(0, 0.02), bias N(0, 0.02)) is checked
+against float64: tf32x3 as a multiple of torch fp32's own error, tf32 as the max abs error. Times: median
+of 5 batches of 20 back-to-back launches (CUDA events). The last table: per product the best tile of each
+variant and precision, and the block's four products summed, next to torch fp32 and TF32.
+Needs CuPy, torch with CUDA, a GPU of sm_80 or later (NVRTC compiles for the device's own arch, so an
+H200 runs the plain sm_90 code, the export's `-arch=sm_90` path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+SHAPES = {"qkv": (2304, 768), "attn_proj": (768, 768), "fc": (3072, 768), "mlp_proj": (768, 3072)}  # N, K
+
+# (BM, BN, WARPS_M, WARPS_N, STAGES)
+TILES = {
+    "01": [(128, 128, 2, 4, 3), (128, 64, 4, 2, 3), (64, 64, 2, 2, 3)],
+    "02": [(128, 128, 4, 4, 3), (128, 128, 2, 4, 3), (128, 128, 2, 4, 4), (128, 96, 2, 3, 3), (128, 64, 4, 2, 4),
+           (64, 128, 1, 4, 4), (64, 64, 1, 2, 4), (64, 96, 1, 3, 4)],
+}
+TILES["03"] = TILES["04"] = [(128, 128, 4, 4, 3), (128, 128, 4, 4, 4), (128, 128, 2, 4, 3), (128, 128, 2, 4, 4),
+                             (128, 96, 4, 3, 4), (128, 64, 4, 2, 4), (64, 128, 2, 4, 4), (64, 128, 1, 4, 4),
+                             (64, 64, 2, 2, 4), (64, 96, 2, 3, 4)]
+QUICK = {"01": TILES["01"][:1], "02": TILES["02"][:3]}
+
+
+def source(variant: str, tile: tuple) -> tuple[str, tuple, int, str]:
+    """(code, NVRTC options, dynamic shared bytes, kernel name prefix) of one variant and tile."""
+    from gpt2block.kernel_source import read_source
+
+    bm, bn, wm, wn, stages = tile
+    if variant == "01":
+        head = "".join(f"#define {k} {v}\n" for k, v in (("GEMM_BM", bm), ("GEMM_BN", bn), ("GEMM_WARPS_M", wm),
+                                                         ("GEMM_WARPS_N", wn), ("GEMM_BK", 32), ("GEMM_STAGES", stages),
+                                                         ("GEMM_WITH_TF32", 1), ("GEMM_WITH_TF32X3", 1)))
+        lds = 36
+        ldn = bn + 8
+        smem = stages * (bm * lds + max(32 * ldn, bn * lds)) * 4
+        return head + read_source("gemm.cu"), ("--std=c++17",), smem, "gemm"
+    if variant == "02":
+        code = (
+            "#define GEMM_WITH_TF32 1\n#define GEMM_WITH_TF32X3 1\n"
+            + read_source("gemm_mma_vec.cuh")
+            + f"typedef GemmVecTile<{bm}, {bn}, {wm}, {wn}, {stages}> T;\n"
+            + 'extern "C" __global__ void __launch_bounds__(T::THREADS) v_tf32x3_bias(GEMM_PARAMS) '
+              "{ gemm_mma_vec_body<T, 3, GEMM_EPI_BIAS>(A, B, bias, R, C, M, N, K); }\n"
+            + 'extern "C" __global__ void __launch_bounds__(T::THREADS) v_tf32_bias(GEMM_PARAMS) '
+              "{ gemm_mma_vec_body<T, 1, GEMM_EPI_BIAS>(A, B, bias, R, C, M, N, K); }\n")
+        smem = stages * (bm * 32 + 32 * bn) * 4
+        return code, ("--std=c++17",), smem, "v"
+    if variant in ("03", "04"):
+        code = (
+            "#define GEMM_WITH_TF32 1\n#define GEMM_WITH_TF32X3 1\n"
+            + read_source("common.cuh") + read_source("mma.cuh") + read_source("gemm_epilogue.cuh")
+            + (REPO / "dev" / "gemm_mma" / "03_direct_acc.cuh").read_text().replace("#include", "// #include")
+            + f"typedef VecTile3<{bm}, {bn}, {wm}, {wn}, {stages}> T;\n"
+            + 'extern "C" __global__ void __launch_bounds__(T::THREADS) v_tf32x3_bias(GEMM_PARAMS) '
+              f"{{ gemm_v3_body<T, 3, GEMM_EPI_BIAS, {'true' if variant == '04' else 'false'}>(A, B, bias, R, C, M, N, K); }}\n"
+            + 'extern "C" __global__ void __launch_bounds__(T::THREADS) v_tf32_bias(GEMM_PARAMS) '
+              "{ gemm_v3_body<T, 1, GEMM_EPI_BIAS, false>(A, B, bias, R, C, M, N, K); }\n")
+        smem = stages * (bm * 32 + 32 * bn) * 4
+        return code, ("--std=c++17",), smem, "v"
+    raise ValueError(f"unknown variant {variant!r}")
+
+
+def time_us(cp, fn) -> float:
+    for _ in range(3):
+        fn()
+    got = []
+    for _ in range(5):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        for _ in range(20):
+            fn()
+        b.record()
+        b.synchronize()
+        got.append(cp.cuda.get_elapsed_time(a, b) * 1e3 / 20)
+    return statistics.median(got)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--m", type=int, default=1024)
+    ap.add_argument("--variants", default="01,02")
+    ap.add_argument("--precisions", default="tf32x3,tf32")
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    import cupy as cp
+    import torch
+
+    M = a.m
+    data = {}
+    torch_us = {}
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for name, (N, K) in SHAPES.items():
+        A = torch.rand(M, K, device="cuda", generator=gen) * 2 - 1
+        B = torch.randn(K, N, device="cuda", generator=gen) * 0.02
+        bias = torch.randn(N, device="cuda", generator=gen) * 0.02
+        ref = (A.double() @ B.double() + bias.double())
+        torch.backends.cuda.matmul.allow_tf32 = False
+        t32 = A @ B + bias
+        peer = (t32.double() - ref).abs().max().item()
+        ev = lambda: torch.addmm(bias, A, B)  # noqa: E731
+        torch_us[(name, "fp32")] = time_us(cp, ev)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch_us[(name, "tf32")] = time_us(cp, ev)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        data[name] = (A, B, bias, ref, peer)
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    print(f"M = {M}, {sms} SMs; torch fp32 / TF32 us: "
+          + ", ".join(f"{n} {torch_us[(n, 'fp32')]:.1f} / {torch_us[(n, 'tf32')]:.1f}" for n in SHAPES))
+    print("| variant | tile BMxBN/warps/stages | precision | product | blocks | us | TFLOP/s | error |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    best = {}
+    failed = 0
+    jobs = [(v, tile) for v in a.variants.split(",") for tile in (QUICK if a.quick else TILES)[v]]
+
+    def build(job):
+        code, opts, smem, prefix = source(*job)
+        try:
+            mod = cp.RawModule(code=code, options=opts)
+            mod.compile()
+            return mod, smem, prefix, None
+        except Exception as e:  # a tile this variant cannot build: said, and the next one
+            return None, smem, prefix, str(e).splitlines()[0][:80]
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        built = list(pool.map(build, jobs))
+    for (variant, tile), (mod, smem, prefix, why) in zip(jobs, built):
+        if True:
+            label = f"{tile[0]}x{tile[1]}/{tile[2] * tile[3]}w/{tile[4]}s"
+            if mod is None:
+                print(f"| {variant} | {label} | - | - | - | - | - | compile failed: {why} |")
+                failed += 1
+                continue
+            for prec in a.precisions.split(","):
+                k = mod.get_function(f"{prefix}_{prec}_bias")
+                k.max_dynamic_shared_size_bytes = smem
+                threads = tile[2] * tile[3] * 32
+                for name, (N, K) in SHAPES.items():
+                    A, B, bias, ref, peer = data[name]
+                    C = torch.full((M, N), float("nan"), device="cuda")
+                    grid = ((M + tile[0] - 1) // tile[0], (N + tile[1] - 1) // tile[1], 1)
+                    args = (A.data_ptr(), B.data_ptr(), bias.data_ptr(), 0, C.data_ptr(),
+                            cp.int32(M), cp.int32(N), cp.int32(K))
+                    args = tuple(cp.uint64(x) if isinstance(x, int) else x for x in args)
+                    run = lambda: k(grid, (threads,), args, shared_mem=smem)  # noqa: E731
+                    run()
+                    torch.cuda.synchronize()
+                    err = (C.double() - ref).abs().max().item()
+                    if prec == "tf32x3":
+                        ok = err <= 2 * peer + 5e-7
+                        err_s = f"{err / peer:.2f}x torch"
+                    else:
+                        ok = err <= 1e-3
+                        err_s = f"{err:.1e} abs"
+                    if not (ok and torch.isfinite(C).all().item()):
+                        failed += 1
+                        err_s += " FAIL"
+                    us = time_us(cp, run)
+                    tf = 2 * M * N * K / us / 1e6
+                    print(f"| {variant} | {label} | {prec} | {name} | {grid[0] * grid[1]} | {us:.1f} | {tf:.0f} | {err_s} |")
+                    key = (variant, prec, name)
+                    if ok and (key not in best or us < best[key][0]):
+                        best[key] = (us, label)
+    print("\nbest tile per product (us), and the four summed")
+    print("| variant | precision | " + " | ".join(SHAPES) + " | sum | torch fp32 sum | torch TF32 sum |")
+    print("| --- | --- | " + " | ".join("---" for _ in SHAPES) + " | --- | --- | --- |")
+    t32 = sum(torch_us[(n, "fp32")] for n in SHAPES)
+    ttf = sum(torch_us[(n, "tf32")] for n in SHAPES)
+    for variant in a.variants.split(","):
+        for prec in a.precisions.split(","):
+            cells = [best.get((variant, prec, n)) for n in SHAPES]
+            if any(c is None for c in cells):
+                continue
+            total = sum(c[0] for c in cells)
+            print(f"| {variant} | {prec} | " + " | ".join(f"{c[0]:.1f} ({c[1]})" for c in cells)
+                  + f" | {total:.1f} | {t32:.1f} | {ttf:.1f} |")
+    print(f"\n{failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
