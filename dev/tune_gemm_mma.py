@@ -7,10 +7,10 @@ products at seq_len M: each kernel variant x tile x precision, its error and TFL
 Variants:
   01  kernels/gemm_mma.cuh, the general body (gemm.cu built with the tile's defines)
   02  kernels/gemm_mma_vec.cuh: k and n permuted so that fragments are 16-byte LDS, swizzled tiles
-  03  dev/gemm_mma/03_direct_acc.cuh: 02 with tf32x3's products accumulated in the tensor core, a
-      two-instruction split (dropped: 10.6-41.8x torch fp32's error, hardly faster)
-  04  the same file with PARTIAL: a k16 chunk's products summed from zero, then FADDed into acc (dropped:
-      0.6-1.4x torch's error, but slower than 02 on three of the four products)
+Dropped (dev/gemm_mma/03_direct_acc.cuh, in git at commit 002c0ba): 02 with tf32x3's products accumulated
+straight in the tensor core and a two-instruction split (10.6-41.8x torch fp32's error, hardly faster); the
+same with a k16 chunk's products summed from zero, then FADDed into acc (0.6-1.4x torch's error, slower than
+02 on three of the four products).
 Results: docs/PERFORMANCE.md, version 40.
 Each product C = A @ B + bias (A [M, K] uniform in [-1, 1], B [K, N] N(0, 0.02), bias N(0, 0.02)) is checked
 against float64: tf32x3 as a multiple of torch fp32's own error, tf32 as the max abs error. Times: median
@@ -38,9 +38,6 @@ TILES = {
     "02": [(128, 128, 4, 4, 3), (128, 128, 2, 4, 3), (128, 128, 2, 4, 4), (128, 96, 2, 3, 3), (128, 64, 4, 2, 4),
            (64, 128, 1, 4, 4), (64, 64, 1, 2, 4), (64, 96, 1, 3, 4)],
 }
-TILES["03"] = TILES["04"] = [(128, 128, 4, 4, 3), (128, 128, 4, 4, 4), (128, 128, 2, 4, 3), (128, 128, 2, 4, 4),
-                             (128, 96, 4, 3, 4), (128, 64, 4, 2, 4), (64, 128, 2, 4, 4), (64, 128, 1, 4, 4),
-                             (64, 64, 2, 2, 4), (64, 96, 2, 3, 4)]
 QUICK = {"01": TILES["01"][:1], "02": TILES["02"][:3]}
 
 
@@ -66,18 +63,6 @@ def source(variant: str, tile: tuple) -> tuple[str, tuple, int, str]:
               "{ gemm_mma_vec_body<T, 3, GEMM_EPI_BIAS>(A, B, bias, R, C, M, N, K); }\n"
             + 'extern "C" __global__ void __launch_bounds__(T::THREADS) v_tf32_bias(GEMM_PARAMS) '
               "{ gemm_mma_vec_body<T, 1, GEMM_EPI_BIAS>(A, B, bias, R, C, M, N, K); }\n")
-        smem = stages * (bm * 32 + 32 * bn) * 4
-        return code, ("--std=c++17",), smem, "v"
-    if variant in ("03", "04"):
-        code = (
-            "#define GEMM_WITH_TF32 1\n#define GEMM_WITH_TF32X3 1\n"
-            + read_source("common.cuh") + read_source("mma.cuh") + read_source("gemm_epilogue.cuh")
-            + (REPO / "dev" / "gemm_mma" / "03_direct_acc.cuh").read_text().replace("#include", "// #include")
-            + f"typedef VecTile3<{bm}, {bn}, {wm}, {wn}, {stages}> T;\n"
-            + 'extern "C" __global__ void __launch_bounds__(T::THREADS) v_tf32x3_bias(GEMM_PARAMS) '
-              f"{{ gemm_v3_body<T, 3, GEMM_EPI_BIAS, {'true' if variant == '04' else 'false'}>(A, B, bias, R, C, M, N, K); }}\n"
-            + 'extern "C" __global__ void __launch_bounds__(T::THREADS) v_tf32_bias(GEMM_PARAMS) '
-              "{ gemm_v3_body<T, 1, GEMM_EPI_BIAS, false>(A, B, bias, R, C, M, N, K); }\n")
         smem = stages * (bm * 32 + 32 * bn) * 4
         return code, ("--std=c++17",), smem, "v"
     raise ValueError(f"unknown variant {variant!r}")
