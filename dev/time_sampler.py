@@ -5,7 +5,7 @@ cd <a checkout> && PYTHONPATH=$PWD python3 <this file> [--batches 1,8,64,256]   
 
 Per (B, mode): the median of 20 DeviceSampler.launch calls between CUDA events (the kernel, with the upload
 of the parameter words and the download of the ids: a few microseconds), in microseconds. Needs a GPU and
-CuPy; a few seconds. Not yet run on the GPU in this form (its first form stopped on a float sample index).
+CuPy; a few seconds. dev/run_sampler_check_gpu.sh runs it on this tree and on a base checkout, side by side.
 """
 
 import argparse
@@ -22,6 +22,7 @@ from gpt2block.backends.cuda import sampler as ds  # noqa: E402
 from gpt2block.sampler import SamplingBatch, SamplingParams  # noqa: E402
 
 MODES = {"greedy": SamplingParams(temperature=0), "t=1 top-k 50": SamplingParams(top_k=50),
+         "t=1 top-k 200": SamplingParams(top_k=200), "t=1 top-k 1000": SamplingParams(top_k=1000),
          "t=0.8 top-p 0.95": SamplingParams(temperature=0.8, top_k=0, top_p=0.95),
          "repetition 1.2": SamplingParams(top_k=50, repetition_penalty=1.2)}
 

@@ -7,7 +7,9 @@
 //   2. temperature T (the host writes 0 for a greedy row): greedy = the argmax of the penalised logits,
 //      the lowest id among equal maxima; else e = exp(l / T - max(l) / T) (float64, stored as float32);
 //   3. top_k: the k-th largest penalised logit found by a radix select over the order-preserving bits
-//      of the float values (four 8-bit digit passes, histograms in shared memory); ties all kept;
+//      of the float values (four 8-bit digit passes, histograms in shared memory); ties all kept; the
+//      select runs on the candidates alone (the keys at or above the least of the thread groups' largest
+//      keys, below) where they number at least k and fit SAMPLER_CANDIDATES: the same k-th key;
 //   4. top_p: on the masses of what top-k kept, the largest e threshold whose kept mass reaches
 //      top_p x the total, by the same radix select over the bits of e weighted by mass;
 //   5. min_p: e >= min_p (e is p / max(p));
@@ -42,7 +44,15 @@
 // penalties see it without the host), and host_ids [B] (mapped host memory, or NULL) gets it. SW_APPEND is
 // reset to -1 once applied, so a graph that replays the launch never adds it again.
 //
-// Launch: grid = B, block = SAMPLER_THREADS, dynamic shared memory 4 V bytes (the row's values).
+// Top-k's candidates: the block's threads in groups of SAMPLER_THREADS / G consecutive threads, G the least
+// power of two >= k and >= SAMPLER_MIN_GROUPS (no groups where G would exceed SAMPLER_THREADS: the whole row);
+// t0 = the least of the groups' largest keys (thread t holds ids t, t + SAMPLER_THREADS, ...). The keys >= t0
+// (n of them, at least one per group that holds ids) are copied to shared memory; where k <= n <=
+// SAMPLER_CANDIDATES the k-th largest of them is the row's k-th largest key (were that below t0, all n >= k
+// keys >= t0 would lie above it), else the select runs on the whole row.
+//
+// Launch: grid = B, block = SAMPLER_THREADS, dynamic shared memory 4 V bytes (the row's values). Registers
+// for one block an SM (__launch_bounds__'s 1: nvcc 13 for sm_80 otherwise keeps to 32 a thread and spills).
 // No allocation, no host synchronisation: a launch may be captured in a CUDA graph.
 #include "common.cuh"
 #include "argmax.cuh"  // NEG_INF_F32
@@ -52,7 +62,18 @@
 #error "SAMPLER_THREADS is set by gpt2block/backends/cuda/build.py"
 #endif
 
+// Build parameters: top-k's candidate list (keys), and the fewest thread groups it is chosen by (above).
+#ifndef SAMPLER_CANDIDATES
+#error "SAMPLER_CANDIDATES is set by gpt2block/backends/cuda/build.py"
+#endif
+#ifndef SAMPLER_MIN_GROUPS
+#error "SAMPLER_MIN_GROUPS is set by gpt2block/backends/cuda/build.py"
+#endif
+
 #define SAMPLER_WARPS (SAMPLER_THREADS / 32)
+static_assert((SAMPLER_MIN_GROUPS & (SAMPLER_MIN_GROUPS - 1)) == 0 && SAMPLER_MIN_GROUPS <= SAMPLER_THREADS &&
+                  SAMPLER_THREADS / SAMPLER_MIN_GROUPS <= 32,
+              "SAMPLER_MIN_GROUPS: a power of two, a group within a warp");
 
 // The word layout of params [SW_WORDS, B] (row b's word w at params[w * B + b]).
 enum SamplerWord {
@@ -127,12 +148,13 @@ __device__ __forceinline__ double block_sum(double v, double* sh) {
     return s;
 }
 
-__device__ __forceinline__ int block_min(int v, int* sh) {
+template <class T>
+__device__ __forceinline__ T block_min(T v, T* sh) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
     if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
     __syncthreads();
-    int m = sh[0];
+    T m = sh[0];
     for (int w = 1; w < SAMPLER_WARPS; ++w) m = min(m, sh[w]);
     __syncthreads();
     return m;
@@ -257,7 +279,7 @@ __device__ unsigned radix_select(KeyWeight key_w, int V, u64 target, RadixScratc
     return prefix;
 }
 
-extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
+extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS, 1) sample_rows_f32(
     const float* __restrict__ logits,    // [B, V], row stride ld
     int V, int ld,
     unsigned* __restrict__ params,        // [SW_WORDS, B] (SW_APPEND reset to -1 once applied)
@@ -277,6 +299,9 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
     __shared__ u64 shu[SAMPLER_WARPS];
     __shared__ RadixScratch rs;
     __shared__ int chosen;
+    __shared__ unsigned shk[SAMPLER_WARPS];
+    __shared__ unsigned cand[SAMPLER_CANDIDATES];  // top-k's candidate keys
+    __shared__ int n_cand;
 
     const int row = blockIdx.x, B = gridDim.x, tid = threadIdx.x;
     const float* lg = logits + (long long)row * ld;
@@ -334,7 +359,12 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
     }
     __syncthreads();
     float pmax = NEG_INF_F32;
-    for (int i = tid; i < V; i += SAMPLER_THREADS) pmax = fmaxf(pmax, s[i]);
+    unsigned kmax = 0;  // the thread's largest key, for top-k's candidates (0: a thread without ids)
+    for (int i = tid; i < V; i += SAMPLER_THREADS) {
+        const float v = s[i];
+        pmax = fmaxf(pmax, v);
+        kmax = max(kmax, float_key(v));
+    }
     pmax = block_max(pmax, shf);
 
     const double T = param_f64(params, SW_TEMPERATURE, row, B);
@@ -353,8 +383,40 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_rows_f32(
         const int k = (int)params[SW_TOP_K * B + row];
         unsigned kth = 0;
         if (k > 0 && k < V) {
-            auto by_value = [&](int i, unsigned& key, u64& w) { key = float_key(s[i]); w = 1; };
-            kth = radix_select<true>(by_value, V, (u64)k, rs);
+            int groups = SAMPLER_MIN_GROUPS;  // the least power of two >= k (above), up to past SAMPLER_THREADS
+            while (groups < k && groups <= SAMPLER_THREADS) groups <<= 1;
+            bool on_candidates = false;
+            if (groups <= SAMPLER_THREADS) {  // the candidates (above); the same for every thread
+                const int gsize = SAMPLER_THREADS / groups;  // 1 to 32: a group within a warp
+                unsigned g = kmax;
+                for (int o = 1; o < gsize; o <<= 1) g = max(g, __shfl_xor_sync(0xffffffffu, g, o));
+                const unsigned t0 = block_min(g == 0u ? 0xffffffffu : g, shk);  // groups without ids left out
+                if (tid == 0) n_cand = 0;
+                __syncthreads();
+                const int lane = tid & 31;
+                for (int base = 0; base < V; base += SAMPLER_THREADS) {  // the same trips for every thread
+                    const int i = base + tid;
+                    const unsigned key = i < V ? float_key(s[i]) : 0u;
+                    const bool c = i < V && key >= t0;
+                    const unsigned ballot = __ballot_sync(0xffffffffu, c);
+                    if (ballot == 0u) continue;
+                    int at = 0;
+                    if (lane == 0) at = atomicAdd(&n_cand, __popc(ballot));
+                    at = __shfl_sync(0xffffffffu, at, 0) + __popc(ballot & ((1u << lane) - 1u));
+                    if (c && at < SAMPLER_CANDIDATES) cand[at] = key;
+                }
+                __syncthreads();
+                const int n = n_cand;
+                on_candidates = n >= k && n <= SAMPLER_CANDIDATES;
+                if (on_candidates) {
+                    auto by_cand = [&](int i, unsigned& key, u64& w) { key = cand[i]; w = 1; };
+                    kth = radix_select<true>(by_cand, n, (u64)k, rs);
+                }
+            }
+            if (!on_candidates) {
+                auto by_value = [&](int i, unsigned& key, u64& w) { key = float_key(s[i]); w = 1; };
+                kth = radix_select<true>(by_value, V, (u64)k, rs);
+            }
         }
         // 2. e = p / max(p), 0 outside the top-k set, over s in place
         const double zmax = (double)pmax / T;

@@ -157,7 +157,7 @@ def test_device_sampler_refuses_bad_input(ds):
     dev.launch(ds.cp.asarray(bad), batch, np.array([1, 1]), STREAM)
     with pytest.raises(SamplingError, match="row 1"):
         dev.result(STREAM)
-    with pytest.raises(ds.SamplerTooWide, match="at most 57088 ids"):
+    with pytest.raises(ds.SamplerTooWide, match="at most 52992 ids"):
         ds.DeviceSampler(1, 60000)
 
 

@@ -6,6 +6,7 @@ boundary. The GPU tests check the kernel itself against the same reference."""
 import numpy as np
 import pytest
 
+from gpt2block.backends.cuda import build
 from gpt2block.sampler import SamplingParams, apply_penalties, philox_uniform, sample
 
 
@@ -34,6 +35,24 @@ def radix_select(keys, weights, target):
     return prefix
 
 
+def topk_key(keys, k):
+    """Top-k's key as the kernel finds it: by the radix select on the candidates (the keys >= t0, the least of
+    the thread groups' largest keys; thread t holds ids t, t + SAMPLER_THREADS, ...) where k <= n <=
+    SAMPLER_CANDIDATES, else on the whole row. -> (key, whether the candidates were used)."""
+    V, threads = keys.shape[0], build.SAMPLER_THREADS
+    groups = build.SAMPLER_MIN_GROUPS
+    while groups < k and groups <= threads:
+        groups *= 2
+    if groups <= threads:
+        largest = np.zeros(threads, np.uint64)  # 0: a thread without ids
+        np.maximum.at(largest, np.arange(V) % threads, keys)
+        g = largest.reshape(groups, threads // groups).max(axis=1)
+        cand = keys[keys >= g[g != 0].min()]
+        if k <= cand.size <= build.SAMPLER_CANDIDATES:
+            return radix_select(cand, np.ones(cand.size, np.int64), k), True
+    return radix_select(keys, np.ones(V, np.int64), k), False
+
+
 def kernel_draw(l, p: SamplingParams, k24: int) -> int:
     """One row's id as sample_rows_f32 draws it from penalised logits l [V] and the 24-bit uniform k24."""
     V = l.shape[0]
@@ -43,7 +62,7 @@ def kernel_draw(l, p: SamplingParams, k24: int) -> int:
         return int(np.flatnonzero(l == pmax)[0])
     kth = 0
     if 0 < p.top_k < V:
-        kth = radix_select(float_key(l), np.ones(V, np.int64), p.top_k)
+        kth = topk_key(float_key(l), p.top_k)[0]
     zmax = float(pmax) / p.temperature
     keep = (float_key(l) >= kth) & np.isfinite(l)
     e = np.zeros(V, np.float32)
@@ -71,6 +90,40 @@ def test_radix_select_finds_the_kth_largest_with_ties(k):
     key = radix_select(float_key(v), np.ones(1000, np.int64), k)
     kth = np.sort(v)[::-1][k - 1]
     assert key == float_key(kth), f"k = {k}: key {key:#x}, the k-th largest {kth} has {int(float_key(kth)):#x}"
+
+
+def _rows_for_candidates():
+    """(name, row): spread, many ties, -inf runs, constant, ascending and descending rows, narrow and wide."""
+    rng = np.random.default_rng(64)
+    rows = []
+    for V in (400, 1000, 3000, 50257):
+        rows.append((f"normal {V}", (rng.standard_normal(V) * 3).astype(np.float32)))
+        rows.append((f"ties {V}", rng.integers(-20, 20, V).astype(np.float32) / 4))
+        v = (rng.standard_normal(V) * 2).astype(np.float32)
+        v[rng.random(V) < 0.3] = -np.inf
+        v[:V // 10] = v.max()
+        rows.append((f"-inf and tied maxima {V}", v))
+        rows.append((f"constant {V}", np.full(V, 1.5, np.float32)))
+        rows.append((f"ascending {V}", np.arange(V, dtype=np.float32) / 7))
+        rows.append((f"descending {V}", -np.arange(V, dtype=np.float32) / 7))
+    return rows
+
+
+def test_topk_on_the_candidates_is_the_whole_rows_key():
+    """The kernel's top-k key (topk_key: the candidates where they suffice) is the k-th largest key of the row,
+    for k from 1 to beyond SAMPLER_THREADS; both ways are taken (the candidates for the small k of spread rows,
+    the whole row for a constant wide row and for k beyond the candidates' reach)."""
+    used = {True: 0, False: 0}
+    for name, v in _rows_for_candidates():
+        keys = float_key(v + np.float32(0.0))
+        ordered = np.sort(keys)[::-1]
+        for k in (1, 2, 5, 50, 64, 65, 200, 700, 1500):
+            if k >= v.shape[0]:
+                continue
+            key, on_candidates = topk_key(keys, k)
+            used[on_candidates] += 1
+            assert key == ordered[k - 1], f"{name}, k = {k}: key {key:#x}, the k-th largest is {int(ordered[k - 1]):#x}"
+    assert used[True] >= 50 and used[False] >= 10, f"the candidates' way taken {used[True]} times, the row's {used[False]}"
 
 
 CASES = [SamplingParams(temperature=0.0), SamplingParams(), SamplingParams(temperature=0.5, top_k=0),

@@ -73,6 +73,8 @@ MODES = {  # name -> (SamplingParams, with the penalties' history)
     "k1": (SamplingParams(top_k=1), False),
     "k5": (SamplingParams(top_k=5), False),
     "k50": (SamplingParams(top_k=50), False),
+    "k200": (SamplingParams(top_k=200), False),  # top-k's candidates in groups of 4 threads
+    "k1000": (SamplingParams(top_k=1000), False),  # V = 50257: too many candidates, the whole row (V = 1000: off)
     "p0.5": (SamplingParams(top_k=0, top_p=0.5), False),
     "p0.9": (SamplingParams(top_k=0, top_p=0.9), False),
     "p0.99": (SamplingParams(top_k=0, top_p=0.99), False),
@@ -86,7 +88,7 @@ MODES = {  # name -> (SamplingParams, with the penalties' history)
     "all": (SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.01, repetition_penalty=1.3,
                            presence_penalty=0.5, frequency_penalty=0.5), True),
 }
-WIDE_MODES = ["t1", "k50", "p0.9", "k50p0.99", "minp0.05", "all"]  # also at V = 50257
+WIDE_MODES = ["t1", "k50", "k200", "k1000", "p0.9", "k50p0.99", "minp0.05", "all"]  # also at V = 50257
 
 
 def _counts(cp, ds, row, params, history, n=N_DRAWS, seed0=0):

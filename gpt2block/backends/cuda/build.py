@@ -91,6 +91,8 @@ ARGMAX_CHUNK = ARGMAX_UNROLL * ARGMAX_THREADS  # logits per block
 
 # ---- sampler.cu ----------------------------------------------------------------------------------------
 SAMPLER_THREADS = 1024  # one block per row (its dynamic shared memory holds the row's V floats)
+SAMPLER_CANDIDATES = 4096  # top-k's candidate keys in static shared memory (16 KB; sampler.py's shared memory sum)
+SAMPLER_MIN_GROUPS = 64  # the fewest thread groups whose largest keys bound top-k's candidates (k <= 64: 64 groups)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -265,7 +267,8 @@ def sampling() -> tuple:
 
 
 def sampler() -> tuple:
-    return (("SAMPLER_THREADS", SAMPLER_THREADS),)
+    return (("SAMPLER_THREADS", SAMPLER_THREADS), ("SAMPLER_CANDIDATES", SAMPLER_CANDIDATES),
+            ("SAMPLER_MIN_GROUPS", SAMPLER_MIN_GROUPS))
 
 
 # gemm.cu's tiles (cuda/linear.TILES, and the export's mma.sync path): (bm, bn, warps_m, warps_n, per_sm,

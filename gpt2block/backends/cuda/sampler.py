@@ -23,7 +23,9 @@ from .modules import kernel, launch as launch_kernel
 from .sampler_params import SW_WORDS, HistoryTracker, history_row, pack_static, pack_step
 
 THREADS = build.SAMPLER_THREADS
-_STATIC_SMEM = 4096  # the kernel's static shared memory (2,912 bytes under nvcc 13), with room to spare
+# the kernel's static shared memory, with room to spare: top-k's candidate keys and 4 KB (19,424 bytes in all
+# under nvcc 13 at 4,096 candidates: 3,040 besides them)
+_STATIC_SMEM = build.SAMPLER_CANDIDATES * 4 + 4096
 
 
 class SamplerTooWide(ValueError):
