@@ -60,9 +60,9 @@ def source(variant: str, tile: tuple) -> tuple[str, tuple, int, str]:
             + read_source("gemm_mma_vec.cuh")
             + f"typedef GemmVecTile<{bm}, {bn}, {wm}, {wn}, {stages}> T;\n"
             + 'extern "C" __global__ void __launch_bounds__(T::THREADS) v_tf32x3_bias(GEMM_PARAMS) '
-              "{ gemm_mma_vec_body<T, 3, GEMM_EPI_BIAS>(A, B, bias, R, C, M, N, K); }\n"
+              "{ gemm_mma_vec_body<T, 3, GEMM_EPI_BIAS>(A, B, bias, R, C, M, N, K, GEMM_EPI_BIAS, 0, 1, nullptr); }\n"
             + 'extern "C" __global__ void __launch_bounds__(T::THREADS) v_tf32_bias(GEMM_PARAMS) '
-              "{ gemm_mma_vec_body<T, 1, GEMM_EPI_BIAS>(A, B, bias, R, C, M, N, K); }\n")
+              "{ gemm_mma_vec_body<T, 1, GEMM_EPI_BIAS>(A, B, bias, R, C, M, N, K, GEMM_EPI_BIAS, 0, 1, nullptr); }\n")
         smem = stages * (bm * 32 + 32 * bn) * 4
         return code, ("--std=c++17",), smem, "v"
     raise ValueError(f"unknown variant {variant!r}")
@@ -148,6 +148,8 @@ def main() -> int:
                     A, B, bias, ref, peer = data[name]
                     C = torch.full((M, N), float("nan"), device="cuda")
                     grid = ((M + tile[0] - 1) // tile[0], (N + tile[1] - 1) // tile[1], 1)
+                    if variant == "02":  # one tile a block on a 1-D grid (gemm_mma_vec.cuh)
+                        grid = (grid[0] * grid[1], 1, 1)
                     args = (A.data_ptr(), B.data_ptr(), bias.data_ptr(), 0, C.data_ptr(),
                             cp.int32(M), cp.int32(N), cp.int32(K))
                     args = tuple(cp.uint64(x) if isinstance(x, int) else x for x in args)

@@ -61,41 +61,53 @@ __device__ __forceinline__ void gemm_vec_store4(float* C, const float* bias, con
     *reinterpret_cast<float4*>(C + idx) = o;
 }
 
-// Split K's second pass: C[M,N] = epi(P[0] + P[1] + ... + P[splits - 1] + bias), the partials P[z] [M, N]
-// summed in z order (deterministic). One float4 a thread; N % 4 == 0, P, C, bias, R 16-byte aligned.
-__device__ __forceinline__ void gemm_vec_splitk_reduce(const float* __restrict__ P, int splits,
-                                                       const float* __restrict__ bias, const float* R, float* C,
-                                                       int M, int N, int epi) {
+// Split K's second pass over `tiles` output tiles BM x BN from tile0 on (tile t at rows (t % tiles_m) BM,
+// columns (t / tiles_m) BN): C = epi(P[t][0] + ... + P[t][splits - 1] + bias), each tile's partials dense
+// [BM][BN] at P + ((t - tile0) splits + z) BM BN, summed in z order (deterministic). One float4 a thread;
+// N % 4 == 0, C, bias, R 16-byte aligned.
+__device__ __forceinline__ void gemm_vec_splitk_reduce(const float* __restrict__ P, int splits, int tile0, int tiles,
+                                                       int tiles_m, int BM, int BN, const float* __restrict__ bias,
+                                                       const float* R, float* C, int M, int N, int epi) {
     const long long i4 = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const long long mn = (long long)M * N;
-    if (i4 * 4 >= mn) return;
-    float4 v = reinterpret_cast<const float4*>(P)[i4];
+    const int per_tile = BM * BN / 4;
+    if (i4 >= (long long)tiles * per_tile) return;
+    const int r = (int)(i4 / per_tile), e = (int)(i4 % per_tile);
+    const int lr = e / (BN / 4), lc = (e % (BN / 4)) * 4;
+    const int t = tile0 + r;
+    const int row = (t % tiles_m) * BM + lr, col = (t / tiles_m) * BN + lc;
+    if (row >= M || col >= N) return;
+    const float* p = P + (long long)r * splits * BM * BN + lr * BN + lc;
+    float4 v = *reinterpret_cast<const float4*>(p);
     for (int z = 1; z < splits; ++z) {
-        const float4 p = reinterpret_cast<const float4*>(P + z * mn)[i4];
-        v.x += p.x, v.y += p.y, v.z += p.z, v.w += p.w;
+        const float4 q = *reinterpret_cast<const float4*>(p + (long long)z * BM * BN);
+        v.x += q.x, v.y += q.y, v.z += q.z, v.w += q.w;
     }
-    gemm_vec_store4(C, bias, R, i4 * 4, (int)((i4 * 4) % N), v, epi);
+    gemm_vec_store4(C, bias, R, (long long)row * N + col, col, v, epi);
 }
 
+// One block a (tile, split): the grid is 1-D, block b on output tile tile0 + b / splits (tile t at rows
+// (t % tiles_m) BM, columns (t / tiles_m) BN: consecutive blocks share B's columns) and k split b % splits.
+// splits == 1: the tile's epilogue into C. splits > 1: the split's k tiles [z per, (z + 1) per) only, its
+// partial sum stored dense [BM][BN] at P + ((t - tile0) splits + z) BM BN, no epilogue
+// (gemm_vec_splitk_reduce applies it).
 template <class T, int PASSES, int EPI>
 __device__ __forceinline__ void gemm_mma_vec_body(const float* __restrict__ A, const float* __restrict__ B,
                                               const float* __restrict__ bias, const float* R, float* C, int M,
-                                              int N, int K, int epi = EPI) {
+                                              int N, int K, int epi, int tile0, int splits, float* P) {
     constexpr int MT = T::MT;
     extern __shared__ float4 gemm_smem4[];
     float* smem = reinterpret_cast<float*>(gemm_smem4);
 
-    const int m0 = blockIdx.x * T::BM, n0 = blockIdx.y * T::BN;
+    const int tiles_m = (M + T::BM - 1) / T::BM;
+    const int tile = tile0 + blockIdx.x / splits, z = blockIdx.x % splits;
+    const int m0 = (tile % tiles_m) * T::BM, n0 = (tile / tiles_m) * T::BN;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int wm = warp / T::WARPS_N, wn = warp % T::WARPS_N;
-    // Split K (gridDim.z > 1): block z sums the k tiles [z per, (z + 1) per) and stores its partial sum
-    // at C + z M N; the caller passes GEMM_EPI_NONE and applies the epilogue in gemm_vec_splitk_reduce.
     const int kt_all = (K + T::BK - 1) / T::BK;
-    const int per = (kt_all + gridDim.z - 1) / gridDim.z;
-    const int kt_first = blockIdx.z * per;
+    const int per = (kt_all + splits - 1) / splits;
+    const int kt_first = z * per;
     const int KT = max(0, min(kt_all, kt_first + per) - kt_first);
-    C += (long long)blockIdx.z * M * N;
 
     auto load_stage = [&](int stage, int kt) {
         float* sA = smem + stage * T::STAGE_FLOATS;
@@ -225,6 +237,19 @@ __device__ __forceinline__ void gemm_mma_vec_body(const float* __restrict__ A, c
 
     // Row g (e 0, 1) and g + 8 (e 2, 3) of m16 tile i: columns b_col' = wn WTN + 8t .. + 7, where
     // acc[i][j][e] (n8 tile j's logical column 2t + (e & 1)) is physical column 4 (2t + (e & 1)) + j.
+    if (splits > 1) {  // the partial tile, dense: rows a_row + 16 i + 8 h, columns wn WTN + 8t .. + 7
+        float* out = P + ((long long)(tile - tile0) * splits + z) * T::BM * T::BN;
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int half = 0; half < 2; ++half)
+                    *reinterpret_cast<float4*>(out + (a_row + 16 * i + 8 * h) * T::BN + wn * T::WTN + 8 * t + 4 * half) =
+                        make_float4(acc[i][0][2 * h + half], acc[i][1][2 * h + half], acc[i][2][2 * h + half],
+                                    acc[i][3][2 * h + half]);
+        return;
+    }
     const int e_op = gemm_epi<EPI>(epi);
     const int col0 = n0 + wn * T::WTN + 8 * t;
     const bool vec_out = (N & 3) == 0 && gemm_aligned(C, 16) && (e_op == GEMM_EPI_NONE || gemm_aligned(bias, 16)) &&

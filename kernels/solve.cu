@@ -34,8 +34,8 @@
 // compilation, so the host launches only that path's kernels; the other paths' kernels are compiled with
 // empty bodies (or traps) there and are never launched.
 //
-// The scratch (h, qkv, a, f: 9 x seq_len x 768 floats; on the mma.sync path SOLVE_VEC_SPLITK_MAX x seq_len x
-// 768 more for split K's partials; the wgmma path's attention planes and every
+// The scratch (h, qkv, a, f: 9 x seq_len x 768 floats; on the mma.sync path split K's partial tiles, at most
+// a wave of them; the wgmma path's attention planes and every
 // path's split-key partials) is allocated at the first call and regrown only when a longer seq_len
 // arrives; the wgmma path's weight planes (2 x 7.1M floats in fp32 mode) once. No cudaMalloc on the hot
 // path. Kernels run on the legacy default stream (the stream of a torch or CuPy program that set none),
@@ -116,18 +116,19 @@ __global__ void __launch_bounds__(T::THREADS) solve_gemm_mma(GEMM_PARAMS, int ep
 }
 
 template <class T>
-__global__ void __launch_bounds__(T::THREADS) solve_gemm_vec(GEMM_PARAMS, int epi) {
+__global__ void __launch_bounds__(T::THREADS) solve_gemm_vec(GEMM_PARAMS, int epi, int tile0, int splits, float* P) {
 #if SOLVE_CODE_PATH == 2
-    gemm_mma_vec_body<T, PASSES, GEMM_EPI_RUNTIME>(A, B, bias, R, C, M, N, K, epi);
+    gemm_mma_vec_body<T, PASSES, GEMM_EPI_RUNTIME>(A, B, bias, R, C, M, N, K, epi, tile0, splits, P);
 #endif
 }
 
-// Split K's second pass (gemm_mma_vec.cuh): C = epi(sum of `splits` partials [M, N] at P + bias).
-__global__ void __launch_bounds__(256) solve_gemm_vec_reduce(const float* __restrict__ P, int splits,
-                                                           const float* __restrict__ bias, const float* R,
-                                                           float* C, int M, int N, int epi) {
+// Split K's second pass (gemm_mma_vec.cuh): tiles tile0 .. tile0 + tiles - 1 of C from their partials.
+__global__ void __launch_bounds__(256) solve_gemm_vec_reduce(const float* __restrict__ P, int splits, int tile0,
+                                                           int tiles, int tiles_m, int bm, int bn,
+                                                           const float* __restrict__ bias, const float* R, float* C,
+                                                           int M, int N, int epi) {
 #if SOLVE_CODE_PATH == 2
-    gemm_vec_splitk_reduce(P, splits, bias, R, C, M, N, epi);
+    gemm_vec_splitk_reduce(P, splits, tile0, tiles, tiles_m, bm, bn, bias, R, C, M, N, epi);
 #endif
 }
 
@@ -167,11 +168,11 @@ constexpr int N_MMA_TILES = 0 SOLVE_MMA_TILES;
 
 template <int I>
 struct VecTile;
-#define SOLVE_VEC_TILE(i, bm, bn, wm, wn, stages, per_sm, speed)                            \
-    template <>                                                                              \
-    struct VecTile<i> {                                                                      \
-        typedef GemmVecTile<bm, bn, wm, wn, stages> T;                                       \
-        static TileInfo info() { return {bm, bn, per_sm, speed, (unsigned)T::SMEM_BYTES}; } \
+#define SOLVE_VEC_TILE(i, bm, bn, wm, wn, stages, speed)                              \
+    template <>                                                                       \
+    struct VecTile<i> {                                                               \
+        typedef GemmVecTile<bm, bn, wm, wn, stages> T;                                \
+        static TileInfo info() { return {bm, bn, 0, speed, (unsigned)T::SMEM_BYTES}; } \
     };
 SOLVE_VEC_TILES
 #undef SOLVE_VEC_TILE
@@ -207,8 +208,9 @@ struct State {
     float* qkv = nullptr;  // [rows, 3D]
     float* att = nullptr;  // [rows, D]   attention output
     float* f = nullptr;    // [rows, 4D]  GELU(FC) output
-    float* partials = nullptr;  // [SOLVE_VEC_SPLITK_MAX, rows, D]  split K's partial sums (mma.sync path)
     int rows = 0;
+    float* partials = nullptr;  // split K's partial tiles (mma.sync path): at most a wave of tiles
+    long long partial_floats = 0;
     // split-key attention: partials and tickets (the kernels leave the tickets zero)
     float* part_o = nullptr;   // [slots][64][64]
     float* part_ml = nullptr;  // [slots][64][2]
@@ -284,51 +286,85 @@ static void dispatch_mma(int tile, const float* A, const float* B, const float* 
     if constexpr (I > 0) dispatch_mma<I - 1>(tile, A, B, bias, R, C, M, N, K, epi);
 }
 
-// splits > 1: the partials into st.partials, then the reduce applies the epilogue.
+// Tiles [0, dp) data-parallel with the epilogue; splits > 1: tiles [dp, tiles) split in K, their partials
+// into st.partials (ensure_partials made room), then the reduce applies the epilogue.
 template <class T>
 static void launch_vec(const float* A, const float* B, const float* bias, const float* R, float* C, int M, int N,
-                       int K, int epi, int splits) {
-    static bool attr = false;  // per instantiation
-    if (!attr) {
-        cudaFuncSetAttribute(solve_gemm_vec<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES);
-        attr = true;
-    }
-    const dim3 grid((unsigned)cdiv(M, T::BM), (unsigned)cdiv(N, T::BN), (unsigned)splits);
-    if (splits == 1) {
-        solve_gemm_vec<T><<<grid, T::THREADS, T::SMEM_BYTES>>>(A, B, bias, R, C, M, N, K, epi);
-        return;
-    }
-    solve_gemm_vec<T><<<grid, T::THREADS, T::SMEM_BYTES>>>(A, B, nullptr, nullptr, st.partials, M, N, K,
-                                                           GEMM_EPI_NONE);
-    solve_gemm_vec_reduce<<<(unsigned)cdiv((long long)M * N / 4, 256), 256>>>(st.partials, splits, bias, R, C, M, N,
-                                                                               epi);
+                       int K, int epi, long long dp, int splits) {
+    const long long tiles_m = cdiv(M, T::BM), tiles = tiles_m * cdiv(N, T::BN);
+    if (dp > 0)
+        solve_gemm_vec<T><<<(unsigned)dp, T::THREADS, T::SMEM_BYTES>>>(A, B, bias, R, C, M, N, K, epi, 0, 1, nullptr);
+    if (splits == 1 || dp == tiles) return;
+    const long long rem = tiles - dp;
+    solve_gemm_vec<T><<<(unsigned)(rem * splits), T::THREADS, T::SMEM_BYTES>>>(A, B, nullptr, nullptr, nullptr, M, N,
+                                                                             K, GEMM_EPI_NONE, (int)dp, splits,
+                                                                             st.partials);
+    solve_gemm_vec_reduce<<<(unsigned)cdiv(rem * T::BM * T::BN / 4, 256), 256>>>(
+        st.partials, splits, (int)dp, (int)rem, (int)tiles_m, T::BM, T::BN, bias, R, C, M, N, epi);
 }
 
 template <int I = N_VEC_TILES - 1>
 static void dispatch_vec(int tile, const float* A, const float* B, const float* bias, const float* R, float* C,
-                         int M, int N, int K, int epi, int splits) {
-    if (tile == I) return launch_vec<typename VecTile<I>::T>(A, B, bias, R, C, M, N, K, epi, splits);
-    if constexpr (I > 0) dispatch_vec<I - 1>(tile, A, B, bias, R, C, M, N, K, epi, splits);
+                         int M, int N, int K, int epi, long long dp, int splits) {
+    if (tile == I) return launch_vec<typename VecTile<I>::T>(A, B, bias, R, C, M, N, K, epi, dp, splits);
+    if constexpr (I > 0) dispatch_vec<I - 1>(tile, A, B, bias, R, C, M, N, K, epi, dp, splits);
 }
 
-// The vec tile and split of K: pick's cost, over splits 1 .. SOLVE_VEC_SPLITK_MAX as well where one
-// split's blocks fill less than a wave and N <= D (the partials' room: [splits, rows, D]), each split at
-// least 4 k tiles; a split costs its waves over `splits` times 1.25 (the partials' writes and the reduce).
-static int pick_vec(const TileInfo* t, int m, int n, int k, int* splits) {
+// The vec tiles' infos, with the blocks an SM holds (the occupancy calculator, after the shared-memory
+// opt-in: registers and shared memory differ by GPU). Called once.
+template <int I = N_VEC_TILES - 1>
+static void vec_infos(TileInfo* out) {
+    typedef typename VecTile<I>::T T;
+    out[I] = VecTile<I>::info();
+    int per_sm = 0;  // 0: this device cannot run the tile, which the choice skips
+    if (T::SMEM_BYTES <= st.smem_optin &&
+        (cudaFuncSetAttribute(solve_gemm_vec<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES) !=
+             cudaSuccess ||
+         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, solve_gemm_vec<T>, T::THREADS, T::SMEM_BYTES) !=
+             cudaSuccess))
+        per_sm = 0;
+    out[I].per_sm = per_sm;
+    if constexpr (I > 0) vec_infos<I - 1>(out);
+}
+
+// The vec tile and its schedule: waves of tiles (slots = SMs x blocks per SM), data-parallel; where all the
+// tiles fill less than one wave, each is split in K `splits` ways (at most SOLVE_VEC_SPLITK_MAX, each split
+// at least 4 k tiles, tiles x splits <= slots). Cost in waves of the tile's time (bm bn per_sm / speed):
+// 1.15 / splits where split (the partials' traffic, the reduce). Splitting only a last part-wave after
+// whole ones (launch_vec can) measured no faster on the H200 (docs/PERFORMANCE.md, version 40).
+// -> tile (or -1), dp (tiles done data-parallel), splits.
+static int pick_vec(const TileInfo* t, int m, int n, int k, long long* dp, int* splits) {
     int best = -1;
     double best_cost = 0;
     for (int i = 0; i < N_VEC_TILES; ++i) {
-        if ((int)t[i].smem > st.smem_optin) continue;
-        const long long blocks = cdiv(m, t[i].bm) * cdiv(n, t[i].bn);
+        if ((int)t[i].smem > st.smem_optin || t[i].per_sm < 1) continue;
+        const long long tiles = cdiv(m, t[i].bm) * cdiv(n, t[i].bn);
         const long long slots = (long long)st.sms * t[i].per_sm;
-        const int max_s = blocks < slots && n <= D ? SOLVE_VEC_SPLITK_MAX : 1;
-        for (int s = 1; s <= max_s && (s == 1 || cdiv(k, 32) >= 4 * s); ++s) {
-            const double cost = (double)cdiv(blocks * s, slots) * t[i].bm * t[i].bn * t[i].per_sm / t[i].speed / s *
-                                (s > 1 ? 1.25 : 1.0);
-            if (best < 0 || cost < best_cost) best = i, best_cost = cost, *splits = s;
+        const long long full = tiles / slots, rem = tiles % slots;
+        int s = 1;
+        double waves = (double)full + (rem ? 1.0 : 0.0);
+        if (full == 0) {
+            const long long s_max = std::min<long long>({(long long)SOLVE_VEC_SPLITK_MAX, cdiv(k, 32) / 4, slots / rem});
+            if (s_max >= 2) s = (int)s_max, waves = 1.15 / s_max;
+        }
+        const double cost = waves * t[i].bm * t[i].bn * t[i].per_sm / t[i].speed;
+        if (best < 0 || cost < best_cost) {
+            best = i, best_cost = cost, *splits = s;
+            *dp = s == 1 ? tiles : full * slots;
         }
     }
     return best;
+}
+
+static bool ensure_partials(long long floats) {
+    if (floats <= st.partial_floats) return true;
+    cudaDeviceSynchronize();  // queued work may still use the old one
+    cudaFree(st.partials);
+    st.partials = nullptr;
+    st.partial_floats = 0;
+    if (!ok(cudaMalloc(&st.partials, sizeof(float) * (size_t)floats), "cudaMalloc of split K's partials")) return false;
+    st.partial_floats = floats;
+    return true;
 }
 
 template <class T>
@@ -365,11 +401,19 @@ static bool gemm(const float* A, const float* W, const float* P, const float* bi
         // 16-byte fragment reads (gemm_mma_vec.cuh); else gemm_mma.cuh's general body, below
         static TileInfo t[N_VEC_TILES];
         static bool filled = false;
-        if (!filled) tile_infos<N_VEC_TILES - 1, VecTile>(t), filled = true;
+        if (!filled) {
+            vec_infos(t);
+            cudaGetLastError();  // a tile this device cannot run: per_sm 0, skipped (not an error of this call)
+            filled = true;
+        }
+        long long dp = 0;
         int splits = 1;
-        const int i = pick_vec(t, M, N, K, &splits);
+        const int i = pick_vec(t, M, N, K, &dp, &splits);
         if (i < 0) return ok(cudaErrorInvalidConfiguration, what);
-        dispatch_vec(i, A, W, bias, R, C, M, N, K, EPI, splits);
+        if (splits > 1 &&
+            !ensure_partials((cdiv(M, t[i].bm) * cdiv(N, t[i].bn) - dp) * splits * t[i].bm * t[i].bn))
+            return false;
+        dispatch_vec(i, A, W, bias, R, C, M, N, K, EPI, dp, splits);
     } else if (st.path == PATH_MMA) {
         static TileInfo t[N_MMA_TILES];
         static bool filled = false;
@@ -577,18 +621,15 @@ static bool setup() {
 static bool ensure_workspace(int rows) {
     if (rows <= st.rows) return true;
     cudaDeviceSynchronize();  // queued work may still use the old one
-    cudaFree(st.h);           // one allocation holds them all; cudaFree(nullptr) is a no-op
-    st.h = st.qkv = st.att = st.f = st.partials = nullptr;
+    cudaFree(st.h);           // one allocation holds all four; cudaFree(nullptr) is a no-op
+    st.h = st.qkv = st.att = st.f = nullptr;
     st.rows = 0;
-    const int partials = st.path == PATH_MMA ? SOLVE_VEC_SPLITK_MAX : 0;  // split K's room: that path's
     float* base = nullptr;
-    if (!ok(cudaMalloc(&base, sizeof(float) * (size_t)rows * (9 + partials) * D), "cudaMalloc of the workspace"))
-        return false;
+    if (!ok(cudaMalloc(&base, sizeof(float) * (size_t)rows * 9 * D), "cudaMalloc of the workspace")) return false;
     st.h = base;
     st.qkv = st.h + (size_t)rows * D;
     st.att = st.qkv + (size_t)rows * 3 * D;
     st.f = st.att + (size_t)rows * D;
-    st.partials = st.f + (size_t)rows * 4 * D;
     st.rows = rows;
     return true;
 }
