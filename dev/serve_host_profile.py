@@ -42,8 +42,8 @@ from gpt2block.tokenizer import Tokenizer  # noqa: E402
 class StubRunner(Runner):
     backend, precision = "stub", "fp32"
 
-    def __init__(self, config, step_s):
-        self.config, self.step_s = config, step_s
+    def __init__(self, config, step_s, prefill_s_per_token=0.0):
+        self.config, self.step_s, self.prefill_s = config, step_s, prefill_s_per_token
         self.rng = np.random.default_rng(0)
 
     def new_cache(self, batch):
@@ -53,6 +53,13 @@ class StubRunner(Runner):
         cache.pos[row] += len(ids)
         return np.zeros((len(ids), self.config.vocab_size), np.float32) if all_logits else \
             np.zeros(self.config.vocab_size, np.float32)
+
+    def prefill_batch(self, cache, rows, id_lists):  # one packed pass: its tokens' time asleep (the GPU's)
+        if self.prefill_s:
+            time.sleep(self.prefill_s * sum(len(ids) for ids in id_lists))
+        for r, ids in zip(rows, id_lists):
+            cache.pos[r] += len(ids)
+        return np.zeros((len(rows), self.config.vocab_size), np.float32)
 
     def decode(self, cache, tokens):
         raise NotImplementedError
@@ -71,10 +78,10 @@ class StubRunner(Runner):
 
 
 class StubModel:
-    def __init__(self, tokenizer, step_s):
+    def __init__(self, tokenizer, step_s, prefill_s_per_token=0.0):
         self.config = GPT2Config(n_layer=1, n_embd=64, n_head=1, vocab_size=tokenizer.vocab_size, n_positions=1024)
         self.tokenizer = tokenizer
-        self.runner = StubRunner(self.config, step_s)
+        self.runner = StubRunner(self.config, step_s, prefill_s_per_token)
 
 
 class TimedStubRunner(StubRunner):
@@ -166,7 +173,11 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=8123)
     ap.add_argument("--step-ms", type=float, default=1.0)
     ap.add_argument("--max-batch", type=int, default=64)
+    ap.add_argument("--prefill-us", type=float, default=0.0, help="the stub prefill's sleep per prompt token (us)")
+    ap.add_argument("--tid-file", default=None, help="write the engine thread's native id there once loaded")
     ap.add_argument("--profile", default=None)
+    ap.add_argument("--profile-loop", default=None, help="a cProfile of the event loop's thread, written at exit")
+    ap.add_argument("--switch-interval", type=float, default=None, help="the GIL switch interval (s) [the server's]")
     ap.add_argument("--measure", type=int, nargs="+", default=None, metavar="ROWS")
     ap.add_argument("--max-tokens", type=int, default=400, help="--measure: tokens per stream")
     ap.add_argument("--repeat", type=int, default=1, help="--measure: runs per ROWS; each figure's least is shown")
@@ -190,9 +201,20 @@ def main() -> int:
     def load():
         if prof is not None:
             prof.enable()  # the engine thread: load runs on it, and so does every step after
-        return StubModel(tok, args.step_ms / 1e3)
+        if args.tid_file:
+            Path(args.tid_file).write_text(str(threading.get_native_id()))
+        return StubModel(tok, args.step_ms / 1e3, args.prefill_us / 1e6)
 
+    if args.switch_interval is not None:
+        from gpt2block import server
+        server.SWITCH_INTERVAL_S = args.switch_interval
+    loop_prof = cProfile.Profile() if args.profile_loop else None
+    if loop_prof is not None:
+        loop_prof.enable()  # this thread: uvicorn's event loop runs on it
     status = serve(load, "bench", "127.0.0.1", args.port, Limits(max_batch=args.max_batch), log_level="warning")
+    if loop_prof is not None:
+        loop_prof.disable()
+        loop_prof.dump_stats(args.profile_loop)
     if prof is not None:
         prof.disable()
         prof.dump_stats(args.profile)
