@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpt2block.backends.base import Cache, Runner  # noqa: E402
+from gpt2block.backends.base import Cache, RowsDraw, Runner  # noqa: E402
 from gpt2block.config import GPT2Config  # noqa: E402
 from gpt2block.engine import Limits  # noqa: E402
 from gpt2block.sampler import SampleOutput  # noqa: E402
@@ -68,8 +68,12 @@ class StubRunner(Runner):
         return SampleOutput(self.rng.integers(0, 50000, batch.batch), None, None, None)
 
     def sample_rows(self, cache, rows, tokens, batch):
-        time.sleep(self.step_s)  # the GPU step: the GIL is free meanwhile
-        return self.draw(cache, rows, batch)
+        return self.launch_rows(cache, rows, tokens, batch).result()
+
+    def launch_rows(self, cache, rows, tokens, batch):  # the GPU step: result() sleeps (the GIL free) until its end
+        out = self.draw(cache, rows, batch)
+        end = time.perf_counter() + self.step_s
+        return RowsDraw(wait=lambda: (time.sleep(max(0.0, end - time.perf_counter())), out)[1])
 
     def draw(self, cache, rows, batch):
         cache.pos[list(rows)] += 1

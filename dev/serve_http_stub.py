@@ -115,6 +115,19 @@ def lean_level(url: str, reqs: list[dict], concurrency: int, timeout: float) -> 
             "error_samples": s["errors"][:5]}
 
 
+def engine_figures(url: str) -> dict:
+    """The server's own counters: the sums and counts of its TTFT and inter-token histograms (engine side: from a
+    request's submission, at the engine's step), and the tokens generated."""
+    out = {}
+    for line in httpx.get(url + "/metrics", timeout=5).text.splitlines():
+        for key in ("gpt2block_time_to_first_token_seconds_sum", "gpt2block_time_to_first_token_seconds_count",
+                    "gpt2block_inter_token_latency_seconds_sum", "gpt2block_inter_token_latency_seconds_count"):
+            if line.startswith(key + " "):
+                out[key.split("_seconds_")[0].split("gpt2block_")[1] + "_" + key.rsplit("_", 1)[1]] = \
+                    float(line.split()[1])
+    return out
+
+
 def thread_cpu(pid: int) -> dict[int, float]:
     """{tid: seconds on a CPU} of every thread of process pid."""
     out = {}
@@ -185,12 +198,17 @@ def main() -> int:
                                                  str(Path(args.py_spy) / f"server_c{c}.json")],
                                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(1.0)
+                m0 = engine_figures(url)
                 before, t_before, w0 = thread_cpu(server.pid), os.times(), time.perf_counter()
                 if args.client == "lean":
                     res = lean_level(url, reqs, c, args.level_timeout)
                 else:
                     res = bench_serve.level(url, "bench", reqs, c, args.level_timeout, procs)
                 after, t_after, wall = thread_cpu(server.pid), os.times(), time.perf_counter() - w0
+                m1 = engine_figures(url)
+                dm = {k: m1[k] - m0.get(k, 0.0) for k in m1}
+                ttft_e = 1e3 * dm["time_to_first_token_sum"] / max(dm["time_to_first_token_count"], 1)
+                itl_e = 1e3 * dm["inter_token_latency_sum"] / max(dm["inter_token_latency_count"], 1)
                 if profiler is not None:
                     profiler.terminate()
                     profiler.wait(30)
@@ -206,7 +224,7 @@ def main() -> int:
                       f"{res['itl_p50_ms']:.2f} / {res['itl_p99_ms']:.2f} | {res['tokens_per_chunk']:.2f} | "
                       f"{res['errors']} | {1e6 * sum(d.values()) / n:.1f} = {1e6 * loop / n:.1f} + "
                       f"{1e6 * engine / n:.1f} + {1e6 * other / n:.1f} | {1e6 * clients / n:.1f} | "
-                      f"{100 * sum(d.values()) / wall:.0f} |", flush=True)
+                      f"{100 * sum(d.values()) / wall:.0f} | {ttft_e:.1f} / {itl_e:.2f} |", flush=True)
                 if res["errors"]:
                     print("  errors:", res["error_samples"])
     finally:

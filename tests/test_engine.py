@@ -78,15 +78,15 @@ def test_a_request_past_its_timeout_is_ended_and_frees_its_slot(engine, model):
 
 def test_a_fault_in_a_step_ends_its_requests_and_the_engine_goes_on(engine, model, monkeypatch):
     inbox = Inbox()
-    real = model.runner.sample_rows
+    real = model.runner.launch_rows
 
     def broken(*a, **k):
         raise RuntimeError("device fault")
 
-    monkeypatch.setattr(model.runner, "sample_rows", broken)
+    monkeypatch.setattr(model.runner, "launch_rows", broken)
     engine.submit(job(model, model.encode("Hello"), inbox))
     assert inbox.done.wait(30) and isinstance(inbox.items[-1], RuntimeError)
-    monkeypatch.setattr(model.runner, "sample_rows", real)
+    monkeypatch.setattr(model.runner, "launch_rows", real)
     again = Inbox()
     engine.submit(job(model, model.encode("Hello"), again, max_tokens=5))
     assert again.done.wait(30) and again.text() == model.generate("Hello", 5, temperature=0.9, seed=0).text
@@ -104,7 +104,7 @@ def test_a_fault_in_a_step_also_answers_the_requests_that_step_finished(engine, 
         raise RuntimeError("device fault")
 
     with engine._cv:  # the engine waits at its next step's first lock: B is queued when the step starts
-        monkeypatch.setattr(model.runner, "sample_rows", broken)
+        monkeypatch.setattr(model.runner, "launch_rows", broken)
         engine.submit(job(model, model.encode("Done at once"), b, max_tokens=1))
     assert a.done.wait(30) and isinstance(a.items[-1], RuntimeError)
     assert b.done.wait(30)
