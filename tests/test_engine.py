@@ -92,9 +92,9 @@ def test_a_fault_in_a_step_ends_its_requests_and_the_engine_goes_on(engine, mode
     assert again.done.wait(30) and again.text() == model.generate("Hello", 5, temperature=0.9, seed=0).text
 
 
-def test_a_fault_in_a_step_also_answers_the_requests_that_step_finished(engine, model, monkeypatch):
-    """B is admitted, prefilled and finished (max_tokens 1) in the step whose decode of A then fails: B hears
-    back (its pieces are held until the step ends, so the step's error) instead of waiting forever."""
+def test_a_fault_in_a_step_also_answers_the_requests_that_step_admitted(engine, model, monkeypatch):
+    """B is admitted in the step whose launch of A's decode then fails: B hears back (the step's error) instead of
+    waiting forever."""
     a, b = Inbox(), Inbox()
     engine.submit(job(model, model.encode("Running"), a, max_tokens=1000))
     while not a.items:
@@ -109,6 +109,89 @@ def test_a_fault_in_a_step_also_answers_the_requests_that_step_finished(engine, 
     assert a.done.wait(30) and isinstance(a.items[-1], RuntimeError)
     assert b.done.wait(30)
     assert engine.running() == 0
+
+
+def test_a_fault_when_a_step_is_collected_ends_its_requests_and_the_engine_goes_on(engine, model, monkeypatch):
+    """The device fails while the step runs (RowsDraw.result raises, as a SamplingError from the device sampler
+    would): its requests end with that error, the next request runs."""
+    from gpt2block.backends.base import RowsDraw
+
+    def failing(*a, **k):
+        def wait():
+            raise RuntimeError("the step failed on the device")
+        return RowsDraw(wait=wait)
+
+    inbox = Inbox()
+    monkeypatch.setattr(model.runner, "launch_rows", failing)
+    engine.submit(job(model, model.encode("Hello"), inbox))
+    assert inbox.done.wait(30) and isinstance(inbox.items[-1], RuntimeError)
+    assert "on the device" in str(inbox.items[-1])
+    monkeypatch.undo()
+    again = Inbox()
+    engine.submit(job(model, model.encode("Hello"), again, max_tokens=5))
+    assert again.done.wait(30) and again.text() == model.generate("Hello", 5, temperature=0.9, seed=0).text
+    assert engine.running() == 0
+
+
+def test_the_next_step_is_launched_before_the_last_ones_tokens_are_handed_over(model, monkeypatch):
+    """Every decoded token reaches its request after the launch of the step that follows it (the host's text work
+    overlaps the device's step), and the tokens are generate()'s, a stop string's included: the row that stopped
+    had its next step launched, whose token is thrown away."""
+    from gpt2block.backends.base import RowsDraw
+
+    events = []
+    real = model.runner.launch_rows
+
+    def launch(*a, **k):
+        events.append("launch")
+        draw = real(*a, **k)
+        return RowsDraw(wait=lambda: (events.append("result"), draw.result())[1])
+
+    monkeypatch.setattr(model.runner, "launch_rows", launch)
+    e = Engine(lambda: model, 2, 2, 64)
+    e.start()
+    assert e.ready.wait(30)
+    whole = model.generate("Hello", 12, temperature=0.9, seed=3).text
+    stop = whole[len(whole) // 2:len(whole) // 2 + 2]  # met mid-way: the row stops before its max_tokens
+    want = model.generate("Hello", 12, temperature=0.9, seed=3, stop=[stop])
+    assert want.stop_reason == "stop" and len(want.token_ids) < 12
+    want_len = model.generate("Hi there", 7, temperature=0.9, seed=4)
+    events.clear()  # the warm-up's steps
+    a, b = Inbox(), Inbox()
+
+    def tap(inbox):
+        def deliver(items):
+            events.append("deliver")
+            inbox(items)
+        return deliver
+
+    ja = Job([model.encode("Hello")], 1, SamplingParams(0.9), 12, 3, [stop], None, False, model.tokenizer, tap(a),
+             60.0)
+    jb = Job([model.encode("Hi there")], 1, SamplingParams(0.9), 7, 4, [], None, False, model.tokenizer, tap(b),
+             60.0)
+    with e._cv:
+        e.submit(ja)
+        e.submit(jb)
+    assert a.done.wait(30) and b.done.wait(30)
+    e.drain(0)
+    assert e.finished.wait(30)
+    assert a.text() == want.text and a.items[-1][-1].finish == "stop"
+    assert b.text() == want_len.text and b.items[-1][-1].finish == "length"
+    # a decode step's tokens are handed over after the next step's launch, except at the last step (no row left)
+    before_launch, after_launch = 0, 0
+    last_result = None
+    for k, ev in enumerate(events):
+        if ev == "result":
+            last_result = k
+        elif ev == "deliver" and last_result is not None:
+            if "launch" in events[last_result:k]:
+                after_launch += 1
+            else:
+                before_launch += 1
+            last_result = None
+    assert after_launch >= 5 and before_launch <= 1, events
+    # the stopped row's step after its stop was launched and is not waited for until the engine steps again
+    assert events.count("launch") - events.count("result") in (0, 1)
 
 
 def test_the_queue_is_bounded_and_a_drain_refuses_what_has_not_started(model):
