@@ -47,6 +47,7 @@ async def _lean_one(host: str, port: int, body: bytes, stats: dict) -> None:
         writer.write(b"POST /v1/completions HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\n"
                      b"content-length: %d\r\n\r\n%s" % (host.encode(), len(body), body))
         head = await reader.readuntil(b"\r\n\r\n")
+        stats["head"].append(time.perf_counter() - t0)
         status = int(head.split(b" ", 2)[1])
         if status == 429:
             stats["rejected"] += 1
@@ -88,7 +89,7 @@ async def _lean_one(host: str, port: int, body: bytes, stats: dict) -> None:
 
 async def _lean_fleet(url: str, reqs: list[dict], concurrency: int, timeout: float) -> dict:
     host, port = url.split("//")[1].split(":")
-    stats = {"ttft": [], "itl": [], "tokens": 0, "chunks": 0, "errors": [], "rejected": 0}
+    stats = {"ttft": [], "head": [], "itl": [], "tokens": 0, "chunks": 0, "errors": [], "rejected": 0}
     bodies = iter([json.dumps({"model": "bench", **r, "stream": True, "stream_options": {"include_usage": True}})
                    .encode() for r in reqs])
 
@@ -109,7 +110,8 @@ async def _lean_fleet(url: str, reqs: list[dict], concurrency: int, timeout: flo
 def lean_level(url: str, reqs: list[dict], concurrency: int, timeout: float) -> dict:
     s = asyncio.run(_lean_fleet(url, reqs, concurrency, timeout))
     pct = bench_serve.percentile
-    return {"tokens": s["tokens"], "tok_s": s["tokens"] / s["wall"], "ttft_p50_ms": pct(s["ttft"], 50),
+    return {"tokens": s["tokens"], "tok_s": s["tokens"] / s["wall"], "head_p50_ms": pct(s["head"], 50),
+            "head_p99_ms": pct(s["head"], 99), "ttft_p50_ms": pct(s["ttft"], 50),
             "ttft_p99_ms": pct(s["ttft"], 99), "itl_p50_ms": pct(s["itl"], 50), "itl_p99_ms": pct(s["itl"], 99),
             "tokens_per_chunk": s["tokens"] / max(s["chunks"], 1), "errors": len(s["errors"]),
             "error_samples": s["errors"][:5]}
@@ -227,6 +229,9 @@ def main() -> int:
                       f"{100 * sum(d.values()) / wall:.0f} | {ttft_e:.1f} / {itl_e:.2f} |", flush=True)
                 if res["errors"]:
                     print("  errors:", res["error_samples"])
+                if "head_p50_ms" in res:
+                    print(f"  response head p50 / p99 {res['head_p50_ms']:.1f} / {res['head_p99_ms']:.1f} ms (the "
+                          "request checked and queued)")
     finally:
         server.terminate()
         try:
