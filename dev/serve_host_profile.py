@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import functools
+import os
 import sys
 import threading
 import time
@@ -200,14 +202,8 @@ def main() -> int:
                   f"({r['events']} events for {r['tokens']} tokens)  wall {r['wall_us_per_step']:7.1f} us/step "
                   f"(sleep {args.measure_step_ms * 1e3:.0f})", flush=True)
         return 0
-    prof = cProfile.Profile() if args.profile else None
-
-    def load():
-        if prof is not None:
-            prof.enable()  # the engine thread: load runs on it, and so does every step after
-        if args.tid_file:
-            Path(args.tid_file).write_text(str(threading.get_native_id()))
-        return StubModel(tok, args.step_ms / 1e3, args.prefill_us / 1e6)
+    load = functools.partial(stub_load, args.tokenizer, args.step_ms / 1e3, args.prefill_us / 1e6, args.tid_file,
+                             args.profile)
 
     if args.switch_interval is not None:
         from gpt2block import server
@@ -219,10 +215,22 @@ def main() -> int:
     if loop_prof is not None:
         loop_prof.disable()
         loop_prof.dump_stats(args.profile_loop)
-    if prof is not None:
-        prof.disable()
-        prof.dump_stats(args.profile)
     return status
+
+
+def stub_load(tokenizer: str, step_s: float, prefill_s: float, tid_file, profile):
+    """serve()'s load in the engine's process (a module-level function: it pickles): the stub model; the engine
+    process's id and its engine thread's into tid_file ("PID TID"); a cProfile of the engine thread, written when
+    that process ends."""
+    if profile:
+        import multiprocessing.util
+
+        prof = cProfile.Profile()
+        prof.enable()  # the engine thread: load runs on it, and so does every step after
+        multiprocessing.util.Finalize(None, lambda: (prof.disable(), prof.dump_stats(profile)), exitpriority=10)
+    if tid_file:
+        Path(tid_file).write_text(f"{os.getpid()} {threading.get_native_id()}")
+    return StubModel(Tokenizer.from_file(tokenizer), step_s, prefill_s)
 
 
 if __name__ == "__main__":

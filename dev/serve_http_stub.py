@@ -130,6 +130,15 @@ def engine_figures(url: str) -> dict:
     return out
 
 
+def _cpu(pid: int, engine_pid: int) -> dict:
+    """thread_cpu of the server process, and of the engine's process where it has one of its own (its threads
+    under their ids too: thread ids are unique across processes)."""
+    out = {(pid, t): v for t, v in thread_cpu(pid).items()}
+    if engine_pid != pid:
+        out.update({(engine_pid, t): v for t, v in thread_cpu(engine_pid).items()})
+    return out
+
+
 def thread_cpu(pid: int) -> dict[int, float]:
     """{tid: seconds on a CPU} of every thread of process pid."""
     out = {}
@@ -179,12 +188,13 @@ def main() -> int:
         except httpx.TransportError:
             pass
         time.sleep(0.2)
-    engine_tid = int(tid_file.read_text())
+    engine_pid, engine_tid = (int(x) for x in tid_file.read_text().split())
     spy = shutil.which("py-spy") if args.py_spy else None
     print(f"stub server pid {server.pid}, step {args.step_ms} ms, prefill {args.prefill_us} us/token, "
           f"max_batch {args.max_batch}; {os.cpu_count()} CPUs")
     print("| streams | run | tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | tok/chunk | errors | server CPU us/token: "
-          "all = loop + engine + other | clients CPU us/token | server CPU % of wall |")
+          "all = loop + engine + other | clients CPU us/token | server CPU % of wall | engine-side TTFT / ITL means ms "
+          "| engine process CPU us/token (in the columns before) |")
     status = 0
     try:
         for spec in args.levels.split(","):
@@ -201,12 +211,12 @@ def main() -> int:
                                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(1.0)
                 m0 = engine_figures(url)
-                before, t_before, w0 = thread_cpu(server.pid), os.times(), time.perf_counter()
+                before, t_before, w0 = _cpu(server.pid, engine_pid), os.times(), time.perf_counter()
                 if args.client == "lean":
                     res = lean_level(url, reqs, c, args.level_timeout)
                 else:
                     res = bench_serve.level(url, "bench", reqs, c, args.level_timeout, procs)
-                after, t_after, wall = thread_cpu(server.pid), os.times(), time.perf_counter() - w0
+                after, t_after, wall = _cpu(server.pid, engine_pid), os.times(), time.perf_counter() - w0
                 m1 = engine_figures(url)
                 dm = {k: m1[k] - m0.get(k, 0.0) for k in m1}
                 ttft_e = 1e3 * dm["time_to_first_token_sum"] / max(dm["time_to_first_token_count"], 1)
@@ -215,8 +225,9 @@ def main() -> int:
                     profiler.terminate()
                     profiler.wait(30)
                 d = {t: after[t] - before.get(t, 0.0) for t in after}
-                loop, engine = d.get(server.pid, 0.0), d.get(engine_tid, 0.0)
+                loop, engine = d.get((server.pid, server.pid), 0.0), d.get((engine_pid, engine_tid), 0.0)
                 other = sum(d.values()) - loop - engine
+                in_engine_process = sum(v for (p, _), v in d.items() if p == engine_pid != server.pid)
                 clients = (t_after.children_user + t_after.children_system - t_before.children_user -
                            t_before.children_system) + (t_after.user + t_after.system - t_before.user -
                                                         t_before.system) * (args.client == "lean")
@@ -226,7 +237,8 @@ def main() -> int:
                       f"{res['itl_p50_ms']:.2f} / {res['itl_p99_ms']:.2f} | {res['tokens_per_chunk']:.2f} | "
                       f"{res['errors']} | {1e6 * sum(d.values()) / n:.1f} = {1e6 * loop / n:.1f} + "
                       f"{1e6 * engine / n:.1f} + {1e6 * other / n:.1f} | {1e6 * clients / n:.1f} | "
-                      f"{100 * sum(d.values()) / wall:.0f} | {ttft_e:.1f} / {itl_e:.2f} |", flush=True)
+                      f"{100 * sum(d.values()) / wall:.0f} | {ttft_e:.1f} / {itl_e:.2f} | {1e6 * in_engine_process / n:.1f} |",
+                      flush=True)
                 if res["errors"]:
                     print("  errors:", res["error_samples"])
                 if "head_p50_ms" in res:

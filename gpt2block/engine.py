@@ -124,6 +124,7 @@ class Job:
     def __init__(self, prompts: list[list[int]], n: int, params: SamplingParams, max_tokens: int, seed: int,
                  stop: list[str], top_logprobs: Optional[int], prompt_logprobs: bool, tokenizer,
                  deliver: Callable[[object], None], timeout: float):
+        self.prompts, self.n, self.stop = prompts, n, stop
         self.params, self.max_tokens, self.seed = params, max_tokens, seed
         self.top_logprobs = top_logprobs  # None: no log-probabilities
         self.prompt_logprobs = prompt_logprobs
@@ -132,6 +133,7 @@ class Job:
         self.deadline = self.arrived + timeout
         self.timeout = timeout
         self.cancelled = False  # set from the HTTP side when the client goes away
+        self.on_cancel: Optional[Callable[[], None]] = None  # called by cancel() (an engine in another process)
         self.first_token_seen = False
         self.admitted = 0  # rows given a slot so far
         self.rows = [Row(self, p * n + s, s, ids, RowText(tokenizer, stop)) for p, ids in enumerate(prompts)
@@ -139,6 +141,9 @@ class Job:
 
     def cancel(self) -> None:
         self.cancelled = True
+        hook, self.on_cancel = self.on_cancel, None
+        if hook is not None:
+            hook()
 
 
 class Engine:
@@ -195,6 +200,10 @@ class Engine:
             self._queue.append(job)
             self._gauges()
             self._cv.notify()
+
+    async def asubmit(self, job: Job) -> None:
+        """submit, awaited as the server awaits engine_process.RemoteEngine's."""
+        self.submit(job)
 
     def drain(self, deadline_s: float) -> None:
         """Take no new request; queued requests that have no row running yet are refused; the others finish,

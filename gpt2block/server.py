@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .engine import Engine, EngineClosed, EngineFull, Job, Limits, PromptLogprobs, RequestTimeout, ShuttingDown
+from .engine_process import RemoteEngine
 from .generate import check_text
 from .sampler import MAX_TOP_LOGPROBS, SEED_MAX, SamplingError, SamplingParams
 
@@ -451,7 +452,7 @@ async def _run(request: Request, engine: Engine, c: Checked, tokenizer, served_n
     job = Job(c.prompts, c.n, c.params, c.max_tokens, c.seed, c.stop, c.logprobs,
               c.echo and c.logprobs is not None, tokenizer, deliver, limits.request_timeout)
     try:
-        engine.submit(job)
+        await engine.asubmit(job)
     except EngineFull as e:
         raise ApiError(429, str(e), type="rate_limit_error", code="queue_full", headers={"Retry-After": "1"}) from None
     except EngineClosed as e:
@@ -752,7 +753,8 @@ def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key:
     # as it comes instead of after the engine's next few steps (Python's default is 5 ms).
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     metrics = Metrics()
-    engine = Engine(load, limits.max_batch, limits.max_queue, limits.prefill_chunk, metrics, log, _deliver_step)
+    engine = RemoteEngine(load, limits.max_batch, limits.max_queue, limits.prefill_chunk, metrics, log,
+                          _deliver_step)
     app = create_app(engine, served_name, limits, api_key, metrics)
 
     interrupted = threading.Event()  # a second signal cut the drain short
@@ -788,7 +790,10 @@ def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key:
 
     engine.start()
     threading.Thread(target=_when_failed, args=(engine, server), daemon=True).start()
-    server.run()
+    try:
+        server.run()
+    finally:
+        engine.close()
     if engine.error is not None:
         log(f"Error: {engine.error}")
         return 1

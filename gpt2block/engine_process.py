@@ -1,0 +1,312 @@
+"""The server's engine in a process of its own (`gpt2block serve`): the HTTP process's event loop and the engine's
+host work (a step's bookkeeping, detokenization, stop strings) would otherwise share one GIL, each waiting for the
+other at every switch.
+
+RemoteEngine (in the HTTP process) has the surface of engine.Engine that the server uses: start, ready, finished,
+error, draining, drain, end_now, queue_depth, running, model (the tokenizer and the config, sent by the engine
+process once loaded) and ``await asubmit(job)`` (the engine's own submit answers: EngineFull / EngineClosed).
+The engine process (``spawn``: nothing inherited, a GPU backend initialised there) runs an engine.Engine over
+``load()`` (a picklable callable) and talks through one pipe:
+
+    HTTP -> engine   ("submit", id, request fields)  ("cancel", id)  ("drain", seconds)  ("end_now",)  ("exit",)
+    engine -> HTTP   ("ready", tokenizer.json, config) | ("error", exception)   ("submitted", id, None | refusal)
+                     ("step", [(id, pieces)], counts)   ("items", id, pieces | exception)
+                     ("gauges", queue depth, running rows)   ("finished",)
+
+A reader thread in the HTTP process takes the engine's messages and hands a step's deliveries over as the
+in-process engine's thread did (``deliver_step``: one wake-up of the event loop per step). The engine process
+ignores SIGINT and SIGTERM (the HTTP process drains it); it ends when told to, or when the pipe closes (the
+HTTP process went away).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import multiprocessing as mp
+import pickle
+import signal
+import sys
+import threading
+from typing import Callable, Optional
+
+from .engine import Engine, Job
+
+EXIT_WAIT_S = 10.0  # how long close() waits for the engine process to end before it kills it
+
+
+class EngineProcessError(RuntimeError):
+    """The engine process failed, or ended without being told to."""
+
+
+class _Counts:
+    """The engine's metrics in its process: what its steps counted since the last message, sent with the step; the
+    queue depth and running rows sent when they change."""
+
+    def __init__(self, send: Callable[[tuple], None]):
+        self.lock = threading.Lock()
+        self.send = send
+        self.n, self.ttfts, self.itls, self.gauges = 0, [], [], (0, 0)
+
+    def tokens(self, n: int, ttfts: list, itls: list) -> None:
+        with self.lock:
+            self.n += n
+            self.ttfts += ttfts
+            self.itls += itls
+
+    def queue(self, depth: int, running: int) -> None:
+        if (depth, running) != self.gauges:
+            self.gauges = (depth, running)
+            self.send(("gauges", depth, running))
+
+    def take(self) -> tuple:
+        with self.lock:
+            out = (self.n, self.ttfts, self.itls)
+            self.n, self.ttfts, self.itls = 0, [], []
+        return out
+
+
+def _sendable(e: BaseException) -> BaseException:
+    """e, or a RuntimeError saying what it was when it does not pickle."""
+    try:
+        pickle.dumps(e)
+        return e
+    except Exception:
+        return EngineProcessError(f"{type(e).__name__}: {e}")
+
+
+def _child(load: Callable[[], object], max_batch: int, max_queue: int, prefill_chunk: int, conn) -> None:
+    """The engine process's main: an Engine over load(), driven by the HTTP process's messages."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    from .server import SWITCH_INTERVAL_S
+
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    lock = threading.Lock()
+
+    def send(msg) -> None:
+        with lock:
+            conn.send(msg)
+
+    counts = _Counts(send)
+
+    def deliver_step(pairs: list) -> None:
+        send(("step", [(job.remote_id, items) for job, items in pairs], counts.take()))
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    engine = Engine(load, max_batch, max_queue, prefill_chunk, counts, log, deliver_step)
+    engine.start()
+    while not engine.ready.wait(0.05):
+        if engine.error is not None:
+            send(("error", _sendable(engine.error)))
+            return
+    model = engine.model
+    send(("ready", model.tokenizer.to_json_str(), model.config))
+
+    def when_finished():
+        engine.finished.wait()
+        send(("finished",))
+
+    threading.Thread(target=when_finished, daemon=True).start()
+    jobs: dict = {}
+    tokenizer = model.tokenizer
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):  # the HTTP process is gone
+            engine.end_now()
+            break
+        kind = msg[0]
+        if kind == "submit":
+            _, jid, (prompts, n, params, max_tokens, seed, stop, top_logprobs, prompt_logprobs, timeout) = msg
+
+            def deliver(items, jid=jid):
+                if isinstance(items, BaseException):
+                    items = _sendable(items)
+                send(("items", jid, items))
+
+            job = Job(prompts, n, params, max_tokens, seed, stop, top_logprobs, prompt_logprobs, tokenizer, deliver,
+                      timeout)
+            job.remote_id = jid
+            try:
+                engine.submit(job)
+            except Exception as e:  # EngineFull, EngineClosed: the HTTP process raises them
+                send(("submitted", jid, _sendable(e)))
+                continue
+            jobs[jid] = job
+            send(("submitted", jid, None))
+        elif kind == "cancel":
+            job = jobs.pop(msg[1], None)
+            if job is not None:
+                job.cancel()
+        elif kind == "drain":
+            engine.drain(msg[1])
+        elif kind == "end_now":
+            engine.end_now()
+        elif kind == "exit":
+            engine.end_now()
+            break
+    engine.finished.wait(EXIT_WAIT_S / 2)
+
+
+class _ModelInfo:
+    """What the HTTP side reads of the model: its tokenizer and config."""
+
+    def __init__(self, tokenizer, config):
+        self.tokenizer, self.config = tokenizer, config
+
+
+class RemoteEngine:
+    """engine.Engine's surface, the engine running in a process of its own (the module's docstring)."""
+
+    def __init__(self, load: Callable[[], object], max_batch: int, max_queue: int, prefill_chunk: int,
+                 metrics=None, log: Callable[[str], None] = lambda m: None,
+                 deliver_step: Optional[Callable[[list], None]] = None):
+        self.metrics, self.log, self.deliver_step = metrics, log, deliver_step
+        self.model: Optional[_ModelInfo] = None
+        self.error: Optional[BaseException] = None
+        self.ready = threading.Event()
+        self.finished = threading.Event()
+        self._draining = False
+        self._gauges = (0, 0)
+        self._jobs: dict = {}  # id -> Job of the HTTP side, until its request ends
+        self._waiting: dict = {}  # id -> (loop, future) of asubmit
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        ctx = mp.get_context("spawn")
+        self._conn, child_conn = ctx.Pipe()
+        self._child_conn = child_conn
+        self._proc = ctx.Process(target=_child, args=(load, max_batch, max_queue, prefill_chunk, child_conn),
+                                 name="gpt2block-engine")
+        self._reader = threading.Thread(target=self._read, name="gpt2block-engine-reader", daemon=True)
+
+    # ---- the server's calls
+
+    def start(self) -> None:
+        self._proc.start()
+        self._child_conn.close()
+        self._reader.start()
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def queue_depth(self) -> int:
+        return self._gauges[0]
+
+    def running(self) -> int:
+        return self._gauges[1]
+
+    async def asubmit(self, job: Job) -> None:
+        """Hand the job to the engine; raises what the engine's submit raised (EngineFull, EngineClosed)."""
+        from .engine import EngineClosed
+
+        if self._draining or self.finished.is_set():
+            raise EngineClosed("the server is shutting down")
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        jid = next(self._ids)
+        self._jobs[jid] = job
+        self._waiting[jid] = (loop, fut)
+        job.on_cancel = lambda: self._cancel(jid)
+        self._send(("submit", jid, (job.prompts, job.n, job.params, job.max_tokens, job.seed, job.stop,
+                                    job.top_logprobs, job.prompt_logprobs, job.timeout)))
+        err = await fut
+        if err is not None:
+            self._jobs.pop(jid, None)
+            raise err
+
+    def drain(self, deadline_s: float) -> None:
+        self._draining = True
+        self._send(("drain", deadline_s))
+
+    def end_now(self) -> None:
+        self._draining = True
+        self._send(("end_now",))
+
+    def close(self) -> None:
+        """End the engine process (it ends the requests it still runs) and wait for it, EXIT_WAIT_S at most."""
+        if not self.ready.is_set():  # still loading (it reads no message until it is ready) or failed
+            self._proc.kill()
+        self._send(("exit",))
+        self._proc.join(EXIT_WAIT_S)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(EXIT_WAIT_S)
+
+    # ---- inside
+
+    def _send(self, msg) -> None:
+        with self._lock:
+            try:
+                self._conn.send(msg)
+            except (OSError, ValueError):  # the engine process has ended: the reader reports it
+                pass
+
+    def _cancel(self, jid: int) -> None:
+        if self._jobs.pop(jid, None) is not None:
+            self._send(("cancel", jid))
+
+    def _read(self) -> None:
+        while True:
+            try:
+                msg = self._conn.recv()
+            except (EOFError, OSError):
+                self._lost()
+                return
+            kind = msg[0]
+            if kind == "step":
+                jobs = self._jobs
+                pairs = [(jobs[jid], items) for jid, items in msg[1] if jid in jobs]
+                if pairs:
+                    if self.deliver_step is not None:
+                        self.deliver_step(pairs)
+                    else:
+                        for job, items in pairs:
+                            job.deliver(items)
+                n, ttfts, itls = msg[2]
+                if n and self.metrics is not None:
+                    self.metrics.tokens(n, ttfts, itls)
+            elif kind == "gauges":
+                self._gauges = msg[1:]
+                if self.metrics is not None:
+                    self.metrics.queue(*self._gauges)
+            elif kind == "items":
+                job = self._jobs.get(msg[1])
+                if job is not None:
+                    job.deliver(msg[2])
+            elif kind == "submitted":
+                loop, fut = self._waiting.pop(msg[1])
+                loop.call_soon_threadsafe(_resolve, fut, msg[2])
+            elif kind == "ready":
+                from .tokenizer import Tokenizer
+
+                self.model = _ModelInfo(Tokenizer.from_json_str(msg[1], "the engine's tokenizer"), msg[2])
+                self.ready.set()
+            elif kind == "error":
+                self.error = msg[1]
+                self.finished.set()
+            elif kind == "finished":
+                self.finished.set()
+
+    def _lost(self) -> None:
+        """The pipe closed: the engine process has ended. Requests still waiting get an error."""
+        if not self.finished.is_set() and self.error is None and self.ready.is_set():
+            err = EngineProcessError("the engine process ended")
+            self.log(f"Error: {err}")
+            for job in list(self._jobs.values()):
+                job.deliver(err)
+            for loop, fut in list(self._waiting.values()):
+                loop.call_soon_threadsafe(_resolve, fut, err)
+        elif self.error is None and not self.ready.is_set():
+            self.error = EngineProcessError(f"the engine process ended while loading (exit status "
+                                            f"{self._proc.exitcode})")
+        self.finished.set()
+
+
+def _resolve(fut, err) -> None:
+    if not fut.done():
+        fut.set_result(err)
+
