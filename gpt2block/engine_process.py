@@ -293,9 +293,11 @@ class RemoteEngine:
 
     def _lost(self) -> None:
         """The pipe closed: the engine process has ended. Requests still waiting get an error."""
+        self._proc.join(1.0)  # its exit status
         if not self.finished.is_set() and self.error is None and self.ready.is_set():
-            err = EngineProcessError("the engine process ended")
-            self.log(f"Error: {err}")
+            err = EngineProcessError(f"the engine process ended (exit status {self._proc.exitcode})")
+            if not self._draining:
+                self.error = err
             for job in list(self._jobs.values()):
                 job.deliver(err)
             for loop, fut in list(self._waiting.values()):

@@ -804,8 +804,14 @@ def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key:
 
 
 def _when_failed(engine: Engine, server) -> None:
-    """Stop the server when the engine fails to load the model."""
+    """Stop the server when the engine fails to load the model, or ends without a drain (its process died: the
+    requests it ran got an error; engine.error says why, and the exit status is 1)."""
     while not engine.ready.wait(0.2):
         if engine.error is not None:
             server.should_exit = True
             return
+    engine.finished.wait()
+    if not engine.draining:
+        if engine.error is None:
+            engine.error = RuntimeError("the engine ended without a drain")
+        server.should_exit = True
