@@ -179,6 +179,7 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=8123)
     ap.add_argument("--step-ms", type=float, default=1.0)
     ap.add_argument("--max-batch", type=int, default=64)
+    ap.add_argument("--prefill-chunk", type=int, default=None, help="the server's --prefill-chunk [its default]")
     ap.add_argument("--prefill-us", type=float, default=0.0, help="the stub prefill's sleep per prompt token (us)")
     ap.add_argument("--tid-file", default=None, help="write the engine thread's native id there once loaded")
     ap.add_argument("--profile", default=None)
@@ -211,7 +212,8 @@ def main() -> int:
     loop_prof = cProfile.Profile() if args.profile_loop else None
     if loop_prof is not None:
         loop_prof.enable()  # this thread: uvicorn's event loop runs on it
-    status = serve(load, "bench", "127.0.0.1", args.port, Limits(max_batch=args.max_batch), log_level="warning")
+    status = serve(load, "bench", "127.0.0.1", args.port, Limits(max_batch=args.max_batch, **(
+        {} if args.prefill_chunk is None else {"prefill_chunk": args.prefill_chunk})), log_level="warning")
     if loop_prof is not None:
         loop_prof.disable()
         loop_prof.dump_stats(args.profile_loop)

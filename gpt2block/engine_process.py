@@ -30,7 +30,7 @@ import sys
 import threading
 from typing import Callable, Optional
 
-from .engine import Engine, Job
+from .engine import Engine, EngineClosed, Job
 
 EXIT_WAIT_S = 10.0  # how long close() waits for the engine process to end before it kills it
 
@@ -201,8 +201,6 @@ class RemoteEngine:
 
     async def asubmit(self, job: Job) -> None:
         """Hand the job to the engine; raises what the engine's submit raised (EngineFull, EngineClosed)."""
-        from .engine import EngineClosed
-
         if self._draining or self.finished.is_set():
             raise EngineClosed("the server is shutting down")
         loop = asyncio.get_running_loop()
@@ -256,40 +254,47 @@ class RemoteEngine:
             except (EOFError, OSError):
                 self._lost()
                 return
-            kind = msg[0]
-            if kind == "step":
-                jobs = self._jobs
-                pairs = [(jobs[jid], items) for jid, items in msg[1] if jid in jobs]
-                if pairs:
-                    if self.deliver_step is not None:
-                        self.deliver_step(pairs)
-                    else:
-                        for job, items in pairs:
-                            job.deliver(items)
-                n, ttfts, itls = msg[2]
-                if n and self.metrics is not None:
-                    self.metrics.tokens(n, ttfts, itls)
-            elif kind == "gauges":
-                self._gauges = msg[1:]
-                if self.metrics is not None:
-                    self.metrics.queue(*self._gauges)
-            elif kind == "items":
-                job = self._jobs.get(msg[1])
-                if job is not None:
-                    job.deliver(msg[2])
-            elif kind == "submitted":
-                loop, fut = self._waiting.pop(msg[1])
-                loop.call_soon_threadsafe(_resolve, fut, msg[2])
-            elif kind == "ready":
-                from .tokenizer import Tokenizer
+            try:
+                self._take(msg)
+            except Exception as e:  # a bug here must not stop the deliveries of every other request
+                self.log(f"engine message {msg[0]!r} failed: {type(e).__name__}: {e}")
 
-                self.model = _ModelInfo(Tokenizer.from_json_str(msg[1], "the engine's tokenizer"), msg[2])
-                self.ready.set()
-            elif kind == "error":
-                self.error = msg[1]
-                self.finished.set()
-            elif kind == "finished":
-                self.finished.set()
+    def _take(self, msg) -> None:
+        kind = msg[0]
+        if kind == "step":
+            get = self._jobs.get  # a request that ended meanwhile (the event loop pops it) is left out
+            pairs = [(job, items) for job, items in ((get(jid), items) for jid, items in msg[1])
+                     if job is not None]
+            if pairs:
+                if self.deliver_step is not None:
+                    self.deliver_step(pairs)
+                else:
+                    for job, items in pairs:
+                        job.deliver(items)
+            n, ttfts, itls = msg[2]
+            if n and self.metrics is not None:
+                self.metrics.tokens(n, ttfts, itls)
+        elif kind == "gauges":
+            self._gauges = msg[1:]
+            if self.metrics is not None:
+                self.metrics.queue(*self._gauges)
+        elif kind == "items":
+            job = self._jobs.get(msg[1])
+            if job is not None:
+                job.deliver(msg[2])
+        elif kind == "submitted":
+            loop, fut = self._waiting.pop(msg[1])
+            loop.call_soon_threadsafe(_resolve, fut, msg[2])
+        elif kind == "ready":
+            from .tokenizer import Tokenizer
+
+            self.model = _ModelInfo(Tokenizer.from_json_str(msg[1], "the engine's tokenizer"), msg[2])
+            self.ready.set()
+        elif kind == "error":
+            self.error = msg[1]
+            self.finished.set()
+        elif kind == "finished":
+            self.finished.set()
 
     def _lost(self) -> None:
         """The pipe closed: the engine process has ended. Requests still waiting get an error."""
@@ -301,7 +306,7 @@ class RemoteEngine:
             for job in list(self._jobs.values()):
                 job.deliver(err)
             for loop, fut in list(self._waiting.values()):
-                loop.call_soon_threadsafe(_resolve, fut, err)
+                loop.call_soon_threadsafe(_resolve, fut, EngineClosed(str(err)))
         elif self.error is None and not self.ready.is_set():
             self.error = EngineProcessError(f"the engine process ended while loading (exit status "
                                             f"{self._proc.exitcode})")
