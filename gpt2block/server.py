@@ -1,7 +1,8 @@
 """`gpt2block serve`: an OpenAI-compatible HTTP server over one model (FastAPI on uvicorn; the `serve` extra).
 
     POST /v1/completions        OpenAI's completions: the request checked here, its rows run by engine.Engine
-                                (continuous batching), the answer as JSON or server-sent events
+                                (continuous batching) in a process of its own (engine_process.RemoteEngine),
+                                the answer as JSON or server-sent events
     GET  /v1/models             the served model
     POST /v1/chat/completions   an error: GPT-2 is a completion model without a chat template
     GET  /health                200 once the model is loaded and warm; 503 while loading or draining
@@ -742,15 +743,17 @@ class _Answer:
 
 def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key: Optional[str] = None,
           log=print, log_level: str = "info") -> int:
-    """Run the server until SIGTERM / SIGINT has drained it; ``load()`` -> a Model, run on the engine thread.
+    """Run the server until SIGTERM / SIGINT has drained it; ``load()`` -> a Model, run in the engine's process (a
+    picklable callable: a module-level function, or functools.partial of one).
     Returns the exit status: 0 after a drain, 1 when the model could not be loaded, INTERRUPTED_STATUS when a
     second signal cut the drain short."""
     import sys
 
     import uvicorn
 
-    # The engine thread and the event loop share the GIL: a short switch interval lets the loop send each token
-    # as it comes instead of after the engine's next few steps (Python's default is 5 ms).
+    # The event loop shares this process's GIL with the thread that reads the engine's steps and with the request
+    # checks' threads: a short switch interval lets each take it soon (Python's default is 5 ms); the engine's
+    # process sets the same for its threads.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     metrics = Metrics()
     engine = RemoteEngine(load, limits.max_batch, limits.max_queue, limits.prefill_chunk, metrics, log,
