@@ -33,6 +33,7 @@ generate.RowText's; a row stops at <|endoftext|>, at a stop string (both "stop")
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import deque
@@ -136,8 +137,15 @@ class Job:
         self.on_cancel: Optional[Callable[[], None]] = None  # called by cancel() (an engine in another process)
         self.first_token_seen = False
         self.admitted = 0  # rows given a slot so far
-        self.rows = [Row(self, p * n + s, s, ids, RowText(tokenizer, stop)) for p, ids in enumerate(prompts)
-                     for s in range(n)]
+        self.tokenizer = tokenizer
+
+    @functools.cached_property
+    def rows(self) -> list[Row]:
+        """The request's rows, built at their first use, by the engine (their text decoders read the tokenizer's
+        tables, which the engine builds at start-up; an HTTP process whose engine runs elsewhere never needs
+        them)."""
+        return [Row(self, p * self.n + s, s, ids, RowText(self.tokenizer, self.stop))
+                for p, ids in enumerate(self.prompts) for s in range(self.n)]
 
     def cancel(self) -> None:
         self.cancelled = True

@@ -33,6 +33,8 @@ from typing import Callable, Optional
 from .engine import Engine, EngineClosed, Job
 
 EXIT_WAIT_S = 10.0  # how long close() waits for the engine process to end before it kills it
+SWITCH_INTERVAL_S = 2e-4  # the GIL switch interval of the server's two processes: each has threads that wait for
+# one another (the event loop, the engine), and Python's default of 5 ms would hold a token back that long
 
 
 class EngineProcessError(RuntimeError):
@@ -79,14 +81,15 @@ def _child(load: Callable[[], object], max_batch: int, max_queue: int, prefill_c
     """The engine process's main: an Engine over load(), driven by the HTTP process's messages."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    from .server import SWITCH_INTERVAL_S
-
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     lock = threading.Lock()
 
     def send(msg) -> None:
         with lock:
-            conn.send(msg)
+            try:
+                conn.send(msg)
+            except OSError:  # the HTTP process has gone: the main loop sees the pipe closed and ends
+                pass
 
     counts = _Counts(send)
 

@@ -44,14 +44,13 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .engine import Engine, EngineClosed, EngineFull, Job, Limits, PromptLogprobs, RequestTimeout, ShuttingDown
-from .engine_process import RemoteEngine
+from .engine_process import SWITCH_INTERVAL_S, RemoteEngine
 from .generate import check_text
 from .sampler import MAX_TOP_LOGPROBS, SEED_MAX, SamplingError, SamplingParams
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 MAX_STOP = 4  # stop strings per request (OpenAI's limit)
 MAX_STOP_CHARS = 256  # characters per stop string
-SWITCH_INTERVAL_S = 2e-4  # the server process's GIL switch interval
 INTERRUPTED_STATUS = 1  # the exit status after a second signal cut the drain short
 ENDING_GRACE_S = 0.5  # after a second signal: how long the ended requests' last events get to leave
 

@@ -223,3 +223,22 @@ def test_top_n_equals_a_stable_sort_with_ties():
         n = min(int(rng.integers(0, 21)), v)
         row = np.round(rng.normal(size=v), 1)  # many ties
         assert _top(row, n) == [(int(i), float(row[i])) for i in np.argsort(-row, kind="stable")[:n]]
+
+
+def test_a_jobs_rows_are_built_where_the_engine_runs_it(model):
+    """Job builds its rows (their text decoders read the tokenizer's tables) at their first use: the HTTP process,
+    whose engine runs in another process, never builds the tables (half a second at its first request)."""
+
+    class NoTables:
+        eot_id = model.tokenizer.eot_id
+
+        def stream_decoder(self):
+            raise AssertionError("the rows were built")
+
+    j = Job([[1, 2], [3]], 2, SamplingParams(0.9), 5, 0, [], None, False, NoTables(), Inbox(), 60.0)
+    assert j.prompts == [[1, 2], [3]] and j.n == 2 and j.stop == []
+    with pytest.raises(AssertionError, match="the rows were built"):
+        j.rows
+    real = Job([[1, 2], [3]], 2, SamplingParams(0.9), 5, 0, [], None, False, model.tokenizer, Inbox(), 60.0)
+    assert [(r.index, r.sample, r.prompt_ids) for r in real.rows] == [(0, 0, [1, 2]), (1, 1, [1, 2]), (2, 0, [3]),
+                                                                      (3, 1, [3])]
