@@ -213,6 +213,10 @@ class Engine:
         """submit, awaited as the server awaits engine_process.RemoteEngine's."""
         self.submit(job)
 
+    async def agauges(self) -> tuple[int, int]:
+        """(queue_depth(), running()), awaited as the server awaits engine_process.RemoteEngine's."""
+        return self.queue_depth(), self.running()
+
     def drain(self, deadline_s: float) -> None:
         """Take no new request; queued requests that have no row running yet are refused; the others finish,
         or are ended after ``deadline_s`` seconds; then the loop ends (``finished``)."""

@@ -3,15 +3,17 @@ host work (a step's bookkeeping, detokenization, stop strings) would otherwise s
 other at every switch.
 
 RemoteEngine (in the HTTP process) has the surface of engine.Engine that the server uses: start, ready, finished,
-error, draining, drain, end_now, queue_depth, running, model (the tokenizer and the config, sent by the engine
-process once loaded) and ``await asubmit(job)`` (the engine's own submit answers: EngineFull / EngineClosed).
+error, draining, drain, end_now, model (the tokenizer and the config, sent by the engine process once loaded),
+``await asubmit(job)`` (the engine's own submit answers: EngineFull / EngineClosed) and ``await agauges()`` (the
+queue depth and the running rows).
 The engine process (``spawn``: nothing inherited, a GPU backend initialised there) runs an engine.Engine over
 ``load()`` (a picklable callable) and talks through one pipe:
 
-    HTTP -> engine   ("submit", id, request fields)  ("cancel", id)  ("drain", seconds)  ("end_now",)  ("exit",)
+    HTTP -> engine   ("submit", id, request fields)  ("cancel", id)  ("gauges?", key)  ("drain", seconds)
+                     ("end_now",)  ("exit",)
     engine -> HTTP   ("ready", tokenizer.json, config) | ("error", exception)   ("submitted", id, None | refusal)
                      ("step", [(id, pieces)], counts)   ("items", id, pieces | exception)
-                     ("gauges", queue depth, running rows)   ("finished",)
+                     ("gauges", key, queue depth, running rows)   ("finished",)
 
 A reader thread in the HTTP process takes the engine's messages and hands a step's deliveries over as the
 in-process engine's thread did (``deliver_step``: one wake-up of the event loop per step). The engine process
@@ -30,9 +32,10 @@ import sys
 import threading
 from typing import Callable, Optional
 
-from .engine import Engine, EngineClosed, Job
+from .engine import Engine, EngineClosed, Job, Piece
 
 EXIT_WAIT_S = 10.0  # how long close() waits for the engine process to end before it kills it
+GAUGES_WAIT_S = 2.0  # how long /metrics waits for the engine process's queue depth and running rows
 SWITCH_INTERVAL_S = 2e-4  # the GIL switch interval of the server's two processes: each has threads that wait for
 # one another (the event loop, the engine), and Python's default of 5 ms would hold a token back that long
 
@@ -42,13 +45,12 @@ class EngineProcessError(RuntimeError):
 
 
 class _Counts:
-    """The engine's metrics in its process: what its steps counted since the last message, sent with the step; the
-    queue depth and running rows sent when they change."""
+    """The engine's metrics in its process: what its steps counted since the last message, sent with the step (the
+    queue depth and running rows are asked for when /metrics is read)."""
 
-    def __init__(self, send: Callable[[tuple], None]):
+    def __init__(self):
         self.lock = threading.Lock()
-        self.send = send
-        self.n, self.ttfts, self.itls, self.gauges = 0, [], [], (0, 0)
+        self.n, self.ttfts, self.itls = 0, [], []
 
     def tokens(self, n: int, ttfts: list, itls: list) -> None:
         with self.lock:
@@ -57,15 +59,23 @@ class _Counts:
             self.itls += itls
 
     def queue(self, depth: int, running: int) -> None:
-        if (depth, running) != self.gauges:
-            self.gauges = (depth, running)
-            self.send(("gauges", depth, running))
+        pass
 
     def take(self) -> tuple:
         with self.lock:
             out = (self.n, self.ttfts, self.itls)
             self.n, self.ttfts, self.itls = 0, [], []
         return out
+
+
+def _to_wire(items: list) -> list:
+    """A step's pieces for the pipe: each Piece as the tuple of its fields (a tenth of a slotted dataclass's pickling
+    time, on both sides); PromptLogprobs as they are."""
+    return [(p.index, p.text, p.token, p.logprob, p.top, p.finish) if type(p) is Piece else p for p in items]
+
+
+def _from_wire(items: list) -> list:
+    return [Piece(*p) if type(p) is tuple else p for p in items]
 
 
 def _sendable(e: BaseException) -> BaseException:
@@ -91,10 +101,10 @@ def _child(load: Callable[[], object], max_batch: int, max_queue: int, prefill_c
             except OSError:  # the HTTP process has gone: the main loop sees the pipe closed and ends
                 pass
 
-    counts = _Counts(send)
+    counts = _Counts()
 
     def deliver_step(pairs: list) -> None:
-        send(("step", [(job.remote_id, items) for job, items in pairs], counts.take()))
+        send(("step", [(job.remote_id, _to_wire(items)) for job, items in pairs], counts.take()))
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -126,9 +136,7 @@ def _child(load: Callable[[], object], max_batch: int, max_queue: int, prefill_c
             _, jid, (prompts, n, params, max_tokens, seed, stop, top_logprobs, prompt_logprobs, timeout) = msg
 
             def deliver(items, jid=jid):
-                if isinstance(items, BaseException):
-                    items = _sendable(items)
-                send(("items", jid, items))
+                send(("items", jid, _sendable(items) if isinstance(items, BaseException) else _to_wire(items)))
 
             job = Job(prompts, n, params, max_tokens, seed, stop, top_logprobs, prompt_logprobs, tokenizer, deliver,
                       timeout)
@@ -144,6 +152,8 @@ def _child(load: Callable[[], object], max_batch: int, max_queue: int, prefill_c
             job = jobs.pop(msg[1], None)
             if job is not None:
                 job.cancel()
+        elif kind == "gauges?":
+            send(("gauges", msg[1], engine.queue_depth(), engine.running()))
         elif kind == "drain":
             engine.drain(msg[1])
         elif kind == "end_now":
@@ -196,11 +206,20 @@ class RemoteEngine:
     def draining(self) -> bool:
         return self._draining
 
-    def queue_depth(self) -> int:
-        return self._gauges[0]
-
-    def running(self) -> int:
-        return self._gauges[1]
+    async def agauges(self) -> tuple[int, int]:
+        """(requests waiting for a slot, rows running), asked of the engine process (the last answer when it has
+        ended)."""
+        if not self.finished.is_set():
+            loop = asyncio.get_running_loop()
+            fut = loop.create_future()
+            key = ("gauges", next(self._ids))
+            self._waiting[key] = (loop, fut)
+            self._send(("gauges?", key))
+            try:
+                self._gauges = await asyncio.wait_for(fut, GAUGES_WAIT_S)
+            except asyncio.TimeoutError:
+                self._waiting.pop(key, None)
+        return self._gauges
 
     async def asubmit(self, job: Job) -> None:
         """Hand the job to the engine; raises what the engine's submit raised (EngineFull, EngineClosed)."""
@@ -266,7 +285,7 @@ class RemoteEngine:
         kind = msg[0]
         if kind == "step":
             get = self._jobs.get  # a request that ended meanwhile (the event loop pops it) is left out
-            pairs = [(job, items) for job, items in ((get(jid), items) for jid, items in msg[1])
+            pairs = [(job, _from_wire(items)) for job, items in ((get(jid), items) for jid, items in msg[1])
                      if job is not None]
             if pairs:
                 if self.deliver_step is not None:
@@ -278,13 +297,12 @@ class RemoteEngine:
             if n and self.metrics is not None:
                 self.metrics.tokens(n, ttfts, itls)
         elif kind == "gauges":
-            self._gauges = msg[1:]
-            if self.metrics is not None:
-                self.metrics.queue(*self._gauges)
+            loop, fut = self._waiting.pop(msg[1])
+            loop.call_soon_threadsafe(_resolve, fut, msg[2:])
         elif kind == "items":
             job = self._jobs.get(msg[1])
             if job is not None:
-                job.deliver(msg[2])
+                job.deliver(msg[2] if isinstance(msg[2], BaseException) else _from_wire(msg[2]))
         elif kind == "submitted":
             loop, fut = self._waiting.pop(msg[1])
             loop.call_soon_threadsafe(_resolve, fut, msg[2])
@@ -308,8 +326,9 @@ class RemoteEngine:
                 self.error = err
             for job in list(self._jobs.values()):
                 job.deliver(err)
-            for loop, fut in list(self._waiting.values()):
-                loop.call_soon_threadsafe(_resolve, fut, EngineClosed(str(err)))
+            for key, (loop, fut) in list(self._waiting.items()):  # submits get a refusal, gauges the last ones
+                loop.call_soon_threadsafe(_resolve, fut, self._gauges if isinstance(key, tuple) else EngineClosed(
+                    str(err)))
         elif self.error is None and not self.ready.is_set():
             self.error = EngineProcessError(f"the engine process ended while loading (exit status "
                                             f"{self._proc.exitcode})")

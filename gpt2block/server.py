@@ -391,7 +391,7 @@ def create_app(engine: Engine, served_name: str, limits: Limits, api_key: Option
 
     @app.get("/metrics")
     async def prometheus():
-        metrics.queue(engine.queue_depth(), engine.running())
+        metrics.queue(*await engine.agauges())
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")
