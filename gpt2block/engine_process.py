@@ -15,8 +15,8 @@ The engine process (``spawn``: nothing inherited, a GPU backend initialised ther
                      ("step", [(id, pieces)], counts)   ("items", id, pieces | exception)
                      ("gauges", key, queue depth, running rows)   ("finished",)
 
-A reader thread in the HTTP process takes the engine's messages and hands a step's deliveries over as the
-in-process engine's thread did (``deliver_step``: one wake-up of the event loop per step). The engine process
+The HTTP process's event loop reads the engine's messages (attach: a reader on the pipe) and hands a step's
+deliveries to their responses (``deliver_step``), with no thread of its own in between. The engine process
 ignores SIGINT and SIGTERM (the HTTP process drains it); it ends when told to, or when the pipe closes (the
 HTTP process went away).
 """
@@ -193,14 +193,21 @@ class RemoteEngine:
         self._child_conn = child_conn
         self._proc = ctx.Process(target=_child, args=(load, max_batch, max_queue, prefill_chunk, child_conn),
                                  name="gpt2block-engine")
-        self._reader = threading.Thread(target=self._read, name="gpt2block-engine-reader", daemon=True)
+        self._loop = None
 
     # ---- the server's calls
 
     def start(self) -> None:
+        """Start the engine process (its messages wait in the pipe until attach)."""
         self._proc.start()
         self._child_conn.close()
-        self._reader.start()
+
+    def attach(self, loop) -> None:
+        """Read the engine's messages on ``loop``, the server's event loop (from its start): a step's deliveries
+        reach their responses with no thread in between to share the GIL with (every thread that takes it makes
+        the event loop wait for it back after each of its system calls)."""
+        self._loop = loop
+        loop.add_reader(self._conn.fileno(), self._readable)
 
     @property
     def draining(self) -> bool:
@@ -269,17 +276,18 @@ class RemoteEngine:
         if self._jobs.pop(jid, None) is not None:
             self._send(("cancel", jid))
 
-    def _read(self) -> None:
-        while True:
-            try:
+    def _readable(self) -> None:
+        """The pipe has data: take every message there (the engine writes each whole)."""
+        try:
+            while self._conn.poll():
                 msg = self._conn.recv()
-            except (EOFError, OSError):
-                self._lost()
-                return
-            try:
-                self._take(msg)
-            except Exception as e:  # a bug here must not stop the deliveries of every other request
-                self.log(f"engine message {msg[0]!r} failed: {type(e).__name__}: {e}")
+                try:
+                    self._take(msg)
+                except Exception as e:  # a bug here must not stop the deliveries of every other request
+                    self.log(f"engine message {msg[0]!r} failed: {type(e).__name__}: {e}")
+        except (EOFError, OSError):
+            self._loop.remove_reader(self._conn.fileno())
+            self._lost()
 
     def _take(self, msg) -> None:
         kind = msg[0]
@@ -297,15 +305,13 @@ class RemoteEngine:
             if n and self.metrics is not None:
                 self.metrics.tokens(n, ttfts, itls)
         elif kind == "gauges":
-            loop, fut = self._waiting.pop(msg[1])
-            loop.call_soon_threadsafe(_resolve, fut, msg[2:])
+            _resolve(self._waiting.pop(msg[1])[1], msg[2:])
         elif kind == "items":
             job = self._jobs.get(msg[1])
             if job is not None:
                 job.deliver(msg[2] if isinstance(msg[2], BaseException) else _from_wire(msg[2]))
         elif kind == "submitted":
-            loop, fut = self._waiting.pop(msg[1])
-            loop.call_soon_threadsafe(_resolve, fut, msg[2])
+            _resolve(self._waiting.pop(msg[1])[1], msg[2])
         elif kind == "ready":
             from .tokenizer import Tokenizer
 
@@ -326,9 +332,8 @@ class RemoteEngine:
                 self.error = err
             for job in list(self._jobs.values()):
                 job.deliver(err)
-            for key, (loop, fut) in list(self._waiting.items()):  # submits get a refusal, gauges the last ones
-                loop.call_soon_threadsafe(_resolve, fut, self._gauges if isinstance(key, tuple) else EngineClosed(
-                    str(err)))
+            for key, (_, fut) in list(self._waiting.items()):  # submits get a refusal, gauges the last ones
+                _resolve(fut, self._gauges if isinstance(key, tuple) else EngineClosed(str(err)))
         elif self.error is None and not self.ready.is_set():
             self.error = EngineProcessError(f"the engine process ended while loading (exit status "
                                             f"{self._proc.exitcode})")

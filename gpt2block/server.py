@@ -560,7 +560,12 @@ class _Mailbox:
         self.post_many([(queue, items)])
 
     def post_many(self, posts: list) -> None:
-        """[(queue, items)]: one wake-up of the loop for all of them."""
+        """[(queue, items)]: one wake-up of the loop for all of them (none on the loop's own thread: put at once)."""
+        if _running_loop() is self.loop:
+            self._flush()  # what other threads posted before, first
+            for queue, items in posts:
+                queue.put_nowait(items)
+            return
         with self.lock:
             self.pending.extend(posts)
             if self.scheduled:
@@ -576,6 +581,13 @@ class _Mailbox:
             pending, self.pending, self.scheduled = self.pending, [], False
         for queue, items in pending:
             queue.put_nowait(items)
+
+
+def _running_loop():
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class _Sink:
@@ -762,6 +774,10 @@ def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key:
     interrupted = threading.Event()  # a second signal cut the drain short
 
     class Server(uvicorn.Server):
+        async def serve(self, sockets=None):
+            engine.attach(asyncio.get_running_loop())  # the engine's messages are read on this loop
+            await super().serve(sockets)
+
         def handle_exit(self, sig, frame):
             if engine.draining:  # a second signal: end the running requests and stop now
                 if not interrupted.is_set():
