@@ -26,8 +26,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import multiprocessing as mp
+import os
 import pickle
 import signal
+import struct
 import sys
 import threading
 from typing import Callable, Optional
@@ -35,6 +37,8 @@ from typing import Callable, Optional
 from .engine import Engine, EngineClosed, Job, Piece
 
 EXIT_WAIT_S = 10.0  # how long close() waits for the engine process to end before it kills it
+READ_BYTES = 1 << 16  # one read of the engine's pipe (a pipe's buffer)
+_LENGTH = struct.Struct("<Q")  # a message's length on the engine's pipe
 GAUGES_WAIT_S = 2.0  # how long /metrics waits for the engine process's queue depth and running rows
 SWITCH_INTERVAL_S = 2e-4  # the GIL switch interval of the server's two processes: each has threads that wait for
 # one another (the event loop, the engine), and Python's default of 5 ms would hold a token back that long
@@ -87,17 +91,27 @@ def _sendable(e: BaseException) -> BaseException:
         return EngineProcessError(f"{type(e).__name__}: {e}")
 
 
-def _child(load: Callable[[], object], max_batch: int, max_queue: int, prefill_chunk: int, conn) -> None:
-    """The engine process's main: an Engine over load(), driven by the HTTP process's messages."""
+def _frame(msg) -> bytes:
+    """A message for the engine's pipe to the HTTP process: its pickle's length (8 bytes), then the pickle."""
+    data = pickle.dumps(msg, pickle.HIGHEST_PROTOCOL)
+    return _LENGTH.pack(len(data)) + data
+
+
+def _child(load: Callable[[], object], max_batch: int, max_queue: int, prefill_chunk: int, conn, up_conn) -> None:
+    """The engine process's main: an Engine over load(), driven by the HTTP process's messages (``conn``); its own
+    messages go out as _frame's on ``up_conn``'s descriptor."""
+    up = up_conn.fileno()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     lock = threading.Lock()
 
     def send(msg) -> None:
+        data = memoryview(_frame(msg))
         with lock:
             try:
-                conn.send(msg)
+                while data:
+                    data = data[os.write(up, data):]
             except OSError:  # the HTTP process has gone: the main loop sees the pipe closed and ends
                 pass
 
@@ -189,25 +203,33 @@ class RemoteEngine:
         self._ids = itertools.count()
         self._lock = threading.Lock()
         ctx = mp.get_context("spawn")
-        self._conn, child_conn = ctx.Pipe()
-        self._child_conn = child_conn
-        self._proc = ctx.Process(target=_child, args=(load, max_batch, max_queue, prefill_chunk, child_conn),
+        # two one-way pipes: requests down through a multiprocessing Connection (blocking writes); the engine's
+        # messages up as _frame's, read by the event loop without blocking (an event loop may make a descriptor it
+        # watches non-blocking, as uvloop does, under which a Connection cannot read a message in parts)
+        child_conn, self._conn = ctx.Pipe(duplex=False)
+        self._up_conn, up_w = ctx.Pipe(duplex=False)  # the Connections only carry the descriptors over
+        self._up = self._up_conn.fileno()
+        self._child_conns = (child_conn, up_w)
+        self._proc = ctx.Process(target=_child, args=(load, max_batch, max_queue, prefill_chunk, child_conn, up_w),
                                  name="gpt2block-engine")
         self._loop = None
+        self._buf = bytearray()
 
     # ---- the server's calls
 
     def start(self) -> None:
         """Start the engine process (its messages wait in the pipe until attach)."""
         self._proc.start()
-        self._child_conn.close()
+        for c in self._child_conns:
+            c.close()
 
     def attach(self, loop) -> None:
         """Read the engine's messages on ``loop``, the server's event loop (from its start): a step's deliveries
         reach their responses with no thread in between to share the GIL with (every thread that takes it makes
         the event loop wait for it back after each of its system calls)."""
         self._loop = loop
-        loop.add_reader(self._conn.fileno(), self._readable)
+        os.set_blocking(self._up, False)
+        loop.add_reader(self._up, self._readable)
 
     @property
     def draining(self) -> bool:
@@ -257,6 +279,7 @@ class RemoteEngine:
         """End the engine process (it ends the requests it still runs) and wait for it, EXIT_WAIT_S at most."""
         if not self.ready.is_set():  # still loading (it reads no message until it is ready) or failed
             self._proc.kill()
+        self._up_conn.close()  # nobody reads the engine's messages any more: its writes fail rather than wait
         self._send(("exit",))
         self._proc.join(EXIT_WAIT_S)
         if self._proc.is_alive():
@@ -277,17 +300,38 @@ class RemoteEngine:
             self._send(("cancel", jid))
 
     def _readable(self) -> None:
-        """The pipe has data: take every message there (the engine writes each whole)."""
+        """The engine's pipe has data: read what is there, take every whole message (a long one, the tokenizer
+        that comes with "ready", arrives over several reads)."""
+        buf = self._buf
         try:
-            while self._conn.poll():
-                msg = self._conn.recv()
-                try:
-                    self._take(msg)
-                except Exception as e:  # a bug here must not stop the deliveries of every other request
-                    self.log(f"engine message {msg[0]!r} failed: {type(e).__name__}: {e}")
-        except (EOFError, OSError):
-            self._loop.remove_reader(self._conn.fileno())
+            while True:
+                data = os.read(self._up, READ_BYTES)
+                if not data:
+                    self._loop.remove_reader(self._up)
+                    self._lost()
+                    return
+                buf += data
+                if len(data) < READ_BYTES:
+                    break
+        except BlockingIOError:
+            pass
+        except OSError:
+            self._loop.remove_reader(self._up)
             self._lost()
+            return
+        head = _LENGTH.size
+        at = 0
+        while len(buf) - at >= head:
+            (n,) = _LENGTH.unpack_from(buf, at)
+            if len(buf) - at - head < n:
+                break
+            msg = pickle.loads(memoryview(buf)[at + head:at + head + n])
+            at += head + n
+            try:
+                self._take(msg)
+            except Exception as e:  # a bug here must not stop the deliveries of every other request
+                self.log(f"engine message {msg[0]!r} failed: {type(e).__name__}: {e}")
+        del buf[:at]
 
     def _take(self, msg) -> None:
         kind = msg[0]

@@ -242,3 +242,45 @@ def test_a_jobs_rows_are_built_where_the_engine_runs_it(model):
     real = Job([[1, 2], [3]], 2, SamplingParams(0.9), 5, 0, [], None, False, model.tokenizer, Inbox(), 60.0)
     assert [(r.index, r.sample, r.prompt_ids) for r in real.rows] == [(0, 0, [1, 2]), (1, 1, [1, 2]), (2, 0, [3]),
                                                                       (3, 1, [3])]
+
+
+def _not_loaded():
+    raise AssertionError("the engine process is not started in this test")
+
+
+def test_the_engines_messages_are_read_whole_from_a_non_blocking_pipe():
+    """The HTTP process reads the engine's pipe without blocking (uvloop makes a watched descriptor non-blocking):
+    a message that arrives over several reads (the tokenizer with "ready" is megabytes) is taken once whole, in
+    order with the next."""
+    import os
+    import types
+
+    from gpt2block.engine_process import RemoteEngine, _frame
+
+    e = RemoteEngine(_not_loaded, 1, 1, 8)
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    e._up, e._loop = r, types.SimpleNamespace(remove_reader=lambda fd: None)
+    got = []
+    e._take = got.append
+    big, small = ("ready", "x" * 300_000, None), ("step", [(3, [(0, "a", 5, None, None, None)])], (1, [], []))
+    data = _frame(big) + _frame(small)
+    parts = [data[i:i + 50_000] for i in range(0, len(data), 50_000)]
+    try:
+        for k, part in enumerate(parts):
+            os.write(w, part)
+            e._readable()
+            if k < len(parts) - 1:
+                assert got == []  # the long message is not all there yet
+        assert got == [big, small] and not e._buf
+        os.close(w)
+        lost = []
+        e._lost = lambda: lost.append(True)
+        e._readable()  # the engine process has gone: the pipe's end
+        assert lost == [True]
+    finally:
+        os.close(r)
+        e._conn.close()
+        e._up_conn.close()
+        for c in e._child_conns:
+            c.close()
