@@ -7,7 +7,8 @@ error, draining, drain, end_now, model (the tokenizer and the config, sent by th
 ``await asubmit(job)`` (the engine's own submit answers: EngineFull / EngineClosed) and ``await agauges()`` (the
 queue depth and the running rows).
 The engine process (``spawn``: nothing inherited, a GPU backend initialised there) runs an engine.Engine over
-``load()`` (a picklable callable) and talks through one pipe:
+``load()`` (a picklable callable) and talks through two one-way pipes (requests down a multiprocessing
+Connection; the engine's messages up as length-prefixed pickles, which the event loop reads without blocking):
 
     HTTP -> engine   ("submit", id, request fields)  ("cancel", id)  ("gauges?", key)  ("drain", seconds)
                      ("end_now",)  ("exit",)
@@ -17,8 +18,9 @@ The engine process (``spawn``: nothing inherited, a GPU backend initialised ther
 
 The HTTP process's event loop reads the engine's messages (attach: a reader on the pipe) and hands a step's
 deliveries to their responses (``deliver_step``), with no thread of its own in between. The engine process
-ignores SIGINT and SIGTERM (the HTTP process drains it); it ends when told to, or when the pipe closes (the
-HTTP process went away).
+ignores SIGINT and SIGTERM (the HTTP process drains it); it ends when told to, or when its request pipe closes
+(the HTTP process went away). A script that calls server.serve() guards its top level with
+``if __name__ == "__main__"`` (spawn imports it again in the engine process).
 """
 
 from __future__ import annotations
