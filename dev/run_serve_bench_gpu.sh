@@ -1,6 +1,6 @@
 #!/bin/bash
 # The server's GPU run in one call (from a copy of the tree at G/after, the serve extra's wheels at G/.whl, uvloop's
-# and httptools' among them, the GPT-2 tokenizer files at G/tok; G the folder holding this script's copy):
+# and httptools' among them, the GPT-2 tokenizer files at G/tok):
 #   1. the wheels the machine lacks into /tmp/site (uvloop and httptools into /tmp/site_c: stage 4 runs without
 #      them); a random gpt2 checkpoint (fp32)
 #   2. tests/gpu/test_sample_rows_cuda.py (sample_rows, launch_rows with a prefill queued meanwhile)
@@ -9,10 +9,11 @@
 #      and httptools
 #   4. the same client at 64 streams (128 requests, no offline) against a server on uvicorn's pure-Python stack
 #      (asyncio, h11): what uvloop and httptools give; skipped when less than 45 s of the budget is left
-# Results under $OUT; each stage under its own timeout; about 170 s on an H200 (the kernels' first compilation
-# included); the summary last.
+# Run: bash G/after/dev/run_serve_bench_gpu.sh (or a copy in G/dev). Results under $OUT; each stage under its own
+# timeout; about 170 s on an H200 (the kernels' first compilation included), never past about 200; the summary last.
 set -u
-G=$(cd "$(dirname "$0")/.." && pwd)
+G=$(cd "$(dirname "$0")" && pwd)  # the nearest folder above this script that holds after/
+while [ "$G" != "/" ] && [ ! -d "$G/after" ]; do G=$(dirname "$G"); done
 export PYTHONUNBUFFERED=1
 BUDGET=190
 cd "$G"
@@ -48,8 +49,8 @@ timeout 50 python3 -m pytest -q -x tests/gpu/test_sample_rows_cuda.py > $OUT/gpu
 echo "tests rc $?"; tail -4 $OUT/gpu_tests.log
 
 echo "=== bench: uvloop + httptools"
-timeout 110 python3 scripts/bench_serve.py --model /tmp/gpt2r --backend cuda --concurrency 1,16,64,256 \
-    --requests 16,32,128,512 --level-timeout 25 --start-timeout 60 -o $OUT/bench_after.json > $OUT/bench_after.log 2>&1
+timeout 120 python3 scripts/bench_serve.py --model /tmp/gpt2r --backend cuda --concurrency 1,16,64,256 \
+    --requests 16,32,128,512 --level-timeout 25 --start-timeout 80 -o $OUT/bench_after.json > $OUT/bench_after.log 2>&1
 echo "bench rc $?"
 
 if [ $((BUDGET - SECONDS)) -ge 45 ]; then
