@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import functools
+import os
 import sys
 import threading
 import time
@@ -31,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpt2block.backends.base import Cache, Runner  # noqa: E402
+from gpt2block.backends.base import Cache, RowsDraw, Runner  # noqa: E402
 from gpt2block.config import GPT2Config  # noqa: E402
 from gpt2block.engine import Limits  # noqa: E402
 from gpt2block.sampler import SampleOutput  # noqa: E402
@@ -42,8 +44,8 @@ from gpt2block.tokenizer import Tokenizer  # noqa: E402
 class StubRunner(Runner):
     backend, precision = "stub", "fp32"
 
-    def __init__(self, config, step_s):
-        self.config, self.step_s = config, step_s
+    def __init__(self, config, step_s, prefill_s_per_token=0.0):
+        self.config, self.step_s, self.prefill_s = config, step_s, prefill_s_per_token
         self.rng = np.random.default_rng(0)
 
     def new_cache(self, batch):
@@ -54,6 +56,13 @@ class StubRunner(Runner):
         return np.zeros((len(ids), self.config.vocab_size), np.float32) if all_logits else \
             np.zeros(self.config.vocab_size, np.float32)
 
+    def prefill_batch(self, cache, rows, id_lists):  # one packed pass: its tokens' time asleep (the GPU's)
+        if self.prefill_s:
+            time.sleep(self.prefill_s * sum(len(ids) for ids in id_lists))
+        for r, ids in zip(rows, id_lists):
+            cache.pos[r] += len(ids)
+        return np.zeros((len(rows), self.config.vocab_size), np.float32)
+
     def decode(self, cache, tokens):
         raise NotImplementedError
 
@@ -61,8 +70,12 @@ class StubRunner(Runner):
         return SampleOutput(self.rng.integers(0, 50000, batch.batch), None, None, None)
 
     def sample_rows(self, cache, rows, tokens, batch):
-        time.sleep(self.step_s)  # the GPU step: the GIL is free meanwhile
-        return self.draw(cache, rows, batch)
+        return self.launch_rows(cache, rows, tokens, batch).result()
+
+    def launch_rows(self, cache, rows, tokens, batch):  # the GPU step: result() sleeps (the GIL free) until its end
+        out = self.draw(cache, rows, batch)
+        end = time.perf_counter() + self.step_s
+        return RowsDraw(wait=lambda: (time.sleep(max(0.0, end - time.perf_counter())), out)[1])
 
     def draw(self, cache, rows, batch):
         cache.pos[list(rows)] += 1
@@ -71,10 +84,10 @@ class StubRunner(Runner):
 
 
 class StubModel:
-    def __init__(self, tokenizer, step_s):
+    def __init__(self, tokenizer, step_s, prefill_s_per_token=0.0):
         self.config = GPT2Config(n_layer=1, n_embd=64, n_head=1, vocab_size=tokenizer.vocab_size, n_positions=1024)
         self.tokenizer = tokenizer
-        self.runner = StubRunner(self.config, step_s)
+        self.runner = StubRunner(self.config, step_s, prefill_s_per_token)
 
 
 class TimedStubRunner(StubRunner):
@@ -166,7 +179,12 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=8123)
     ap.add_argument("--step-ms", type=float, default=1.0)
     ap.add_argument("--max-batch", type=int, default=64)
+    ap.add_argument("--prefill-chunk", type=int, default=None, help="the server's --prefill-chunk [its default]")
+    ap.add_argument("--prefill-us", type=float, default=0.0, help="the stub prefill's sleep per prompt token (us)")
+    ap.add_argument("--tid-file", default=None, help="write the engine thread's native id there once loaded")
     ap.add_argument("--profile", default=None)
+    ap.add_argument("--profile-loop", default=None, help="a cProfile of the event loop's thread, written at exit")
+    ap.add_argument("--switch-interval", type=float, default=None, help="the GIL switch interval (s) [the server's]")
     ap.add_argument("--measure", type=int, nargs="+", default=None, metavar="ROWS")
     ap.add_argument("--max-tokens", type=int, default=400, help="--measure: tokens per stream")
     ap.add_argument("--repeat", type=int, default=1, help="--measure: runs per ROWS; each figure's least is shown")
@@ -185,18 +203,36 @@ def main() -> int:
                   f"({r['events']} events for {r['tokens']} tokens)  wall {r['wall_us_per_step']:7.1f} us/step "
                   f"(sleep {args.measure_step_ms * 1e3:.0f})", flush=True)
         return 0
-    prof = cProfile.Profile() if args.profile else None
+    load = functools.partial(stub_load, args.tokenizer, args.step_ms / 1e3, args.prefill_us / 1e6, args.tid_file,
+                             args.profile)
 
-    def load():
-        if prof is not None:
-            prof.enable()  # the engine thread: load runs on it, and so does every step after
-        return StubModel(tok, args.step_ms / 1e3)
-
-    status = serve(load, "bench", "127.0.0.1", args.port, Limits(max_batch=args.max_batch), log_level="warning")
-    if prof is not None:
-        prof.disable()
-        prof.dump_stats(args.profile)
+    if args.switch_interval is not None:
+        from gpt2block import server
+        server.SWITCH_INTERVAL_S = args.switch_interval
+    loop_prof = cProfile.Profile() if args.profile_loop else None
+    if loop_prof is not None:
+        loop_prof.enable()  # this thread: uvicorn's event loop runs on it
+    status = serve(load, "bench", "127.0.0.1", args.port, Limits(max_batch=args.max_batch, **(
+        {} if args.prefill_chunk is None else {"prefill_chunk": args.prefill_chunk})), log_level="warning")
+    if loop_prof is not None:
+        loop_prof.disable()
+        loop_prof.dump_stats(args.profile_loop)
     return status
+
+
+def stub_load(tokenizer: str, step_s: float, prefill_s: float, tid_file, profile):
+    """serve()'s load in the engine's process (a module-level function: it pickles): the stub model; the engine
+    process's id and its engine thread's into tid_file ("PID TID"); a cProfile of the engine thread, written when
+    that process ends."""
+    if profile:
+        import multiprocessing.util
+
+        prof = cProfile.Profile()
+        prof.enable()  # the engine thread: load runs on it, and so does every step after
+        multiprocessing.util.Finalize(None, lambda: (prof.disable(), prof.dump_stats(profile)), exitpriority=10)
+    if tid_file:
+        Path(tid_file).write_text(f"{os.getpid()} {threading.get_native_id()}")
+    return StubModel(Tokenizer.from_file(tokenizer), step_s, prefill_s)
 
 
 if __name__ == "__main__":

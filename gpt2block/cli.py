@@ -9,6 +9,7 @@ bad option values are click usage errors (status 2).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import platform
@@ -528,23 +529,25 @@ def serve(model, backend, precision, host, port, served_model_name, api_key, max
     except ImportError as e:
         raise click.ClickException(f"gpt2block serve needs the serve extra ({e}): "
                                    "pip install gpt2block[serve]") from None
-    from .api import load
-
     with user_errors():
         name = resolve_backend(backend)
     if backend == "auto":
         note(f"backend auto -> {name} ({cuda_status()[1]})")
     if device is not None and name != "cuda":
         raise click.BadParameter("selects a GPU of the cuda backend; this run uses numpy", param_hint="--device")
-    set_compile_progress(note)
-
-    def load_model_here():
-        if name == "cuda":
-            import cupy
-
-            cupy.cuda.Device(device or 0).use()
-        return load(model, name, precision, log=note)
-
     limits = Limits(max_batch, max_queue, request_timeout, max_body_bytes, drain_timeout, prefill_chunk)
-    status = run_server(load_model_here, served_model_name or str(model), host, port, limits, api_key, note, log_level)
+    status = run_server(functools.partial(_serve_load, model, name, precision, device), served_model_name or str(model),
+                        host, port, limits, api_key, note, log_level)
     sys.exit(status)
+
+
+def _serve_load(model: str, backend: str, precision: str, device):
+    """serve's model, loaded in the engine's process (a picklable callable: functools.partial of this)."""
+    from .api import load
+
+    set_compile_progress(note)
+    if backend == "cuda":
+        import cupy
+
+        cupy.cuda.Device(device or 0).use()
+    return load(model, backend, precision, log=note)

@@ -7,14 +7,20 @@ its choices) wait in a bounded FIFO queue until a slot is free. Every step of th
 1. ends the rows of cancelled requests (the client went away) and of requests past their deadline, and
    frees their slots;
 2. gives free slots to waiting rows, in arrival order;
-3. prefills at most ``prefill_chunk`` prompt tokens of the admitted rows (a long prompt takes several
+3. waits for the decode step launched by the step before, if any, and puts each drawn token into its row's
+   output_ids (the penalties' history) and next feed, unless it ends the row (<|endoftext|>, max_tokens);
+4. launches the next decode step of every row that has a token to feed (Runner.launch_rows: only those rows
+   run, on the CUDA backend as one decode step of those rows with a graph per number of rows, drawn on the
+   device, queued and not waited for), each row with its own SamplingParams, seed and stop strings;
+5. meanwhile does the text work of the tokens of 3 (detokenization, stop strings: a row stopped by one has
+   had its next step launched, whose token is thrown away) and hands them over;
+6. prefills at most ``prefill_chunk`` prompt tokens of the admitted rows (a long prompt takes several
    steps, so that the running rows keep receiving tokens between its chunks), and draws each prompt's
-   first token when its last chunk is in (Runner.sample_logits: on the device on CUDA);
-4. steps every row that has a token to feed (Runner.sample_rows: only those rows run, on the CUDA backend
-   as one decode step of those rows with a graph per number of rows, drawn on the device), each row with
-   its own SamplingParams, seed and stop strings;
+   first token when its last chunk is in (Runner.sample_logits: on the device on CUDA), handed over too;
+   that token is fed at the next step's launch.
 
-and hands each Job the step's pieces through its callback. A slot is one row of a single Cache of
+So the host's work of a step overlaps the device's decode of the next one. Each Job gets its pieces through
+its callback. A slot is one row of a single Cache of
 ``max_batch`` rows, made once at start-up; a freed slot's position goes back to 0.
 
 Randomness is sampler.py's contract: row r of a request draws with the request's seed, sample index
@@ -27,6 +33,7 @@ generate.RowText's; a row stops at <|endoftext|>, at a stop string (both "stop")
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import deque
@@ -35,6 +42,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from .backends.base import RowsDraw
 from .generate import RowText
 from .sampler import SamplingBatch, SamplingParams
 
@@ -117,6 +125,7 @@ class Job:
     def __init__(self, prompts: list[list[int]], n: int, params: SamplingParams, max_tokens: int, seed: int,
                  stop: list[str], top_logprobs: Optional[int], prompt_logprobs: bool, tokenizer,
                  deliver: Callable[[object], None], timeout: float):
+        self.prompts, self.n, self.stop = prompts, n, stop
         self.params, self.max_tokens, self.seed = params, max_tokens, seed
         self.top_logprobs = top_logprobs  # None: no log-probabilities
         self.prompt_logprobs = prompt_logprobs
@@ -125,13 +134,24 @@ class Job:
         self.deadline = self.arrived + timeout
         self.timeout = timeout
         self.cancelled = False  # set from the HTTP side when the client goes away
+        self.on_cancel: Optional[Callable[[], None]] = None  # called by cancel() (an engine in another process)
         self.first_token_seen = False
         self.admitted = 0  # rows given a slot so far
-        self.rows = [Row(self, p * n + s, s, ids, RowText(tokenizer, stop)) for p, ids in enumerate(prompts)
-                     for s in range(n)]
+        self.tokenizer = tokenizer
+
+    @functools.cached_property
+    def rows(self) -> list[Row]:
+        """The request's rows, built at their first use, by the engine (their text decoders read the tokenizer's
+        tables, which the engine builds at start-up; an HTTP process whose engine runs elsewhere never needs
+        them)."""
+        return [Row(self, p * self.n + s, s, ids, RowText(self.tokenizer, self.stop))
+                for p, ids in enumerate(self.prompts) for s in range(self.n)]
 
     def cancel(self) -> None:
         self.cancelled = True
+        hook, self.on_cancel = self.on_cancel, None
+        if hook is not None:
+            hook()
 
 
 class Engine:
@@ -157,6 +177,7 @@ class Engine:
         self._slots: list[Optional[Row]] = [None] * max_batch
         self._prefilling: list[Row] = []  # admitted rows whose prompt is not all in, in admission order
         self._last_step: Optional[tuple[list[Row], SamplingBatch]] = None  # the last decode step's rows and batch
+        self._flight: Optional[tuple[list[Row], RowsDraw]] = None  # the decode step launched and not yet collected
         self._draining = False
         self._end_at: Optional[float] = None  # drain deadline (time.monotonic)
         self._thread = threading.Thread(target=self._main, name="gpt2block-engine", daemon=True)
@@ -187,6 +208,14 @@ class Engine:
             self._queue.append(job)
             self._gauges()
             self._cv.notify()
+
+    async def asubmit(self, job: Job) -> None:
+        """submit, awaited as the server awaits engine_process.RemoteEngine's."""
+        self.submit(job)
+
+    async def agauges(self) -> tuple[int, int]:
+        """(queue_depth(), running()), awaited as the server awaits engine_process.RemoteEngine's."""
+        return self.queue_depth(), self.running()
 
     def drain(self, deadline_s: float) -> None:
         """Take no new request; queued requests that have no row running yet are refused; the others finish,
@@ -246,6 +275,7 @@ class Engine:
         already free, their last pieces held back in the step's output)."""
         jobs = dict.fromkeys([r.job for r in self._slots if r is not None] + list(getattr(self, "_out", {})))
         self._out = {}
+        self._flight = None  # a step in flight is given up (its rows are ended; the device finishes it alone)
         for job in jobs:
             self._end_job(job, err, {})
 
@@ -279,20 +309,29 @@ class Engine:
 
     def _step(self) -> None:
         now = time.monotonic()
-        self._out = out = {}  # Job -> its pieces of this step, delivered at its end (or failed with it)
+        self._out = out = {}  # Job -> its pieces, delivered after the decode's text work and after the prefill
         self._end_rows(now, out)
         self._admit()
+        taken = self._collect()  # the decode step in flight: its ids (waiting for the device)
+        self._launch()  # the next decode step, queued before the last one's text work
+        if taken is not None:
+            self._take(*taken, out)
+            self._deliver(out)
+            self._out = out = {}
         self._prefill(out)
-        self._decode(out)
         self._out = {}
+        self._deliver(out)
+        with self._cv:
+            self._gauges()
+
+    def _deliver(self, out: dict) -> None:
+        if not out:
+            return
         if self.deliver_step is not None:
-            if out:
-                self.deliver_step(list(out.items()))
+            self.deliver_step(list(out.items()))
         else:
             for job, items in out.items():
                 job.deliver(items)
-        with self._cv:
-            self._gauges()
 
     def _end_rows(self, now: float, out: dict) -> None:
         """Free the slots of cancelled requests; end the requests past their deadline or the drain's."""
@@ -379,7 +418,7 @@ class Engine:
                 out.setdefault(row.job, []).append(PromptLogprobs(row.index, row.prompt_lp, row.prompt_top))
         drawn = runner.sample_logits(np.stack([lg for _, lg in complete]), self._batch(rows),
                                      self.cache.pos[[r.slot for r in rows]])
-        self._take(rows, drawn, out)
+        self._take(self._advance(rows, drawn), drawn, out)
 
     def _prompt_logprobs(self, row: Row, chunk: list[int], logits: np.ndarray) -> None:
         """Log-probabilities of the chunk's prompt tokens: logits [len(chunk), V] of its positions; the token at
@@ -407,13 +446,26 @@ class Engine:
                              [r.prompt_ids for r in rows], [r.output_ids for r in rows], bool(tops),
                              max(tops, default=0))
 
-    def _decode(self, out: dict) -> None:
+    def _collect(self) -> Optional[tuple[list, object]]:
+        """The decode step in flight, if any: wait for its ids and _advance its rows -> (taken, drawn) for _take."""
+        flight, self._flight = self._flight, None
+        if flight is None:
+            return None
+        rows, draw = flight
+        drawn = draw.result()
+        return self._advance(rows, drawn), drawn
+
+    def _launch(self) -> None:
+        """Queue a decode step of every row that has a token to feed (Runner.launch_rows: on a device backend it
+        returns while the device steps; _collect waits for it at the next step)."""
         rows = [r for r in self._slots if r is not None and r.feed is not None and not r.done]
         if not rows:
             return
-        drawn = self.model.runner.sample_rows(self.cache, [r.slot for r in rows],
-                                              np.array([r.feed for r in rows], np.int64), self._step_batch(rows))
-        self._take(rows, drawn, out)
+        feed = np.array([r.feed for r in rows], np.int64)
+        for r in rows:
+            r.feed = None
+        self._flight = (rows, self.model.runner.launch_rows(self.cache, [r.slot for r in rows], feed,
+                                                            self._step_batch(rows)))
 
     def _step_batch(self, rows: list[Row]) -> SamplingBatch:
         """The decode step's SamplingBatch: the last step's object while the same rows run in the same order (its
@@ -426,21 +478,38 @@ class Engine:
         self._last_step = (rows, batch)
         return batch
 
-    def _take(self, rows: list[Row], drawn, out: dict) -> None:
-        """Each row receives its drawn token: record it, decide whether the row stops, queue its piece."""
+    def _advance(self, rows: list[Row], drawn) -> list[tuple[int, Row, int]]:
+        """The least each drawn token needs before the next step can be launched: it joins its row's output_ids
+        (the penalties' history) and becomes the row's next feed unless it ends the row (<|endoftext|>,
+        max_tokens; a stop string is found by _take, after the launch: such a row's next step is thrown away).
+        Rows that ended while their step ran (cancelled, timed out, stopped) are left out.
+        -> [(index in drawn, row, token)] for _take."""
+        eot = self.eot
+        taken = []
+        for i, (row, tok) in enumerate(zip(rows, np.asarray(drawn.ids).tolist())):
+            if row.done:
+                continue
+            if tok != eot:
+                ids = row.output_ids
+                ids.append(tok)
+                if len(ids) < row.job.max_tokens:
+                    row.feed = tok
+            taken.append((i, row, tok))
+        return taken
+
+    def _take(self, taken: list[tuple[int, Row, int]], drawn, out: dict) -> None:
+        """Each row's drawn token (already _advance'd): its text, whether the row stops, its piece."""
         now = time.monotonic()
         m = self.metrics
         eot = self.eot
         made, ttfts, itls = 0, [], []
-        for i, (row, tok) in enumerate(zip(rows, np.asarray(drawn.ids).tolist())):
+        for i, row, tok in taken:
             job = row.job
-            row.feed = None
             if tok == eot:
                 row.finish = "stop"
                 piece = Piece(row.index, "")
             else:
-                ids, rt = row.output_ids, row.text
-                ids.append(tok)
+                rt = row.text
                 lp = top = None
                 if job.top_logprobs is not None:
                     lp = float(drawn.logprobs[i])
@@ -450,10 +519,9 @@ class Engine:
                 piece = Piece(row.index, rt.push(tok), tok, lp, top)
                 if rt.stop_string is not None:
                     row.finish = "stop"
-                elif len(ids) >= job.max_tokens:
+                    row.feed = None
+                elif len(row.output_ids) >= job.max_tokens:
                     row.finish = "length"
-                else:
-                    row.feed = tok
                 made += 1
                 if not job.first_token_seen:
                     ttfts.append(now - job.arrived)

@@ -1,7 +1,8 @@
 """`gpt2block serve`: an OpenAI-compatible HTTP server over one model (FastAPI on uvicorn; the `serve` extra).
 
     POST /v1/completions        OpenAI's completions: the request checked here, its rows run by engine.Engine
-                                (continuous batching), the answer as JSON or server-sent events
+                                (continuous batching) in a process of its own (engine_process.RemoteEngine),
+                                the answer as JSON or server-sent events
     GET  /v1/models             the served model
     POST /v1/chat/completions   an error: GPT-2 is a completion model without a chat template
     GET  /health                200 once the model is loaded and warm; 503 while loading or draining
@@ -43,13 +44,13 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .engine import Engine, EngineClosed, EngineFull, Job, Limits, PromptLogprobs, RequestTimeout, ShuttingDown
+from .engine_process import SWITCH_INTERVAL_S, RemoteEngine
 from .generate import check_text
 from .sampler import MAX_TOP_LOGPROBS, SEED_MAX, SamplingError, SamplingParams
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 MAX_STOP = 4  # stop strings per request (OpenAI's limit)
 MAX_STOP_CHARS = 256  # characters per stop string
-SWITCH_INTERVAL_S = 2e-4  # the server process's GIL switch interval
 INTERRUPTED_STATUS = 1  # the exit status after a second signal cut the drain short
 ENDING_GRACE_S = 0.5  # after a second signal: how long the ended requests' last events get to leave
 
@@ -390,7 +391,7 @@ def create_app(engine: Engine, served_name: str, limits: Limits, api_key: Option
 
     @app.get("/metrics")
     async def prometheus():
-        metrics.queue(engine.queue_depth(), engine.running())
+        metrics.queue(*await engine.agauges())
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")
@@ -451,7 +452,7 @@ async def _run(request: Request, engine: Engine, c: Checked, tokenizer, served_n
     job = Job(c.prompts, c.n, c.params, c.max_tokens, c.seed, c.stop, c.logprobs,
               c.echo and c.logprobs is not None, tokenizer, deliver, limits.request_timeout)
     try:
-        engine.submit(job)
+        await engine.asubmit(job)
     except EngineFull as e:
         raise ApiError(429, str(e), type="rate_limit_error", code="queue_full", headers={"Retry-After": "1"}) from None
     except EngineClosed as e:
@@ -559,7 +560,12 @@ class _Mailbox:
         self.post_many([(queue, items)])
 
     def post_many(self, posts: list) -> None:
-        """[(queue, items)]: one wake-up of the loop for all of them."""
+        """[(queue, items)]: one wake-up of the loop for all of them (none on the loop's own thread: put at once)."""
+        if _running_loop() is self.loop:
+            self._flush()  # what other threads posted before, first
+            for queue, items in posts:
+                queue.put_nowait(items)
+            return
         with self.lock:
             self.pending.extend(posts)
             if self.scheduled:
@@ -575,6 +581,13 @@ class _Mailbox:
             pending, self.pending, self.scheduled = self.pending, [], False
         for queue, items in pending:
             queue.put_nowait(items)
+
+
+def _running_loop():
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class _Sink:
@@ -741,23 +754,30 @@ class _Answer:
 
 def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key: Optional[str] = None,
           log=print, log_level: str = "info") -> int:
-    """Run the server until SIGTERM / SIGINT has drained it; ``load()`` -> a Model, run on the engine thread.
+    """Run the server until SIGTERM / SIGINT has drained it; ``load()`` -> a Model, run in the engine's process (a
+    picklable callable: a module-level function, or functools.partial of one).
     Returns the exit status: 0 after a drain, 1 when the model could not be loaded, INTERRUPTED_STATUS when a
     second signal cut the drain short."""
     import sys
 
     import uvicorn
 
-    # The engine thread and the event loop share the GIL: a short switch interval lets the loop send each token
-    # as it comes instead of after the engine's next few steps (Python's default is 5 ms).
+    # The event loop shares this process's GIL with the thread that reads the engine's steps and with the request
+    # checks' threads: a short switch interval lets each take it soon (Python's default is 5 ms); the engine's
+    # process sets the same for its threads.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     metrics = Metrics()
-    engine = Engine(load, limits.max_batch, limits.max_queue, limits.prefill_chunk, metrics, log, _deliver_step)
+    engine = RemoteEngine(load, limits.max_batch, limits.max_queue, limits.prefill_chunk, metrics, log,
+                          _deliver_step)
     app = create_app(engine, served_name, limits, api_key, metrics)
 
     interrupted = threading.Event()  # a second signal cut the drain short
 
     class Server(uvicorn.Server):
+        async def serve(self, sockets=None):
+            engine.attach(asyncio.get_running_loop())  # the engine's messages are read on this loop
+            await super().serve(sockets)
+
         def handle_exit(self, sig, frame):
             if engine.draining:  # a second signal: end the running requests and stop now
                 if not interrupted.is_set():
@@ -788,7 +808,10 @@ def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key:
 
     engine.start()
     threading.Thread(target=_when_failed, args=(engine, server), daemon=True).start()
-    server.run()
+    try:
+        server.run()
+    finally:
+        engine.close()
     if engine.error is not None:
         log(f"Error: {engine.error}")
         return 1
@@ -799,8 +822,14 @@ def serve(load, served_name: str, host: str, port: int, limits: Limits, api_key:
 
 
 def _when_failed(engine: Engine, server) -> None:
-    """Stop the server when the engine fails to load the model."""
+    """Stop the server when the engine fails to load the model, or ends without a drain (its process died: the
+    requests it ran got an error; engine.error says why, and the exit status is 1)."""
     while not engine.ready.wait(0.2):
         if engine.error is not None:
             server.should_exit = True
             return
+    engine.finished.wait()
+    if not engine.draining:
+        if engine.error is None:
+            engine.error = RuntimeError("the engine ended without a drain")
+        server.should_exit = True

@@ -104,12 +104,16 @@ class Tokenizer:
     # ---- use
 
     def encode(self, text: str) -> list[int]:
-        """Text -> ids. The empty text gives [] (generation starts an empty prompt from eot)."""
+        """Text -> ids. The empty text gives [] (generation starts an empty prompt from eot).
+
+        Through tokenizers' encode_batch, which lets other Python threads run while it works (its encode holds
+        the GIL throughout: milliseconds for a long prompt, during which a server's other threads stop); the
+        same ids."""
         if not isinstance(text, str):
             raise TokenizerError(f"encode takes a str; got {type(text).__name__}")
         if not text:
             return []
-        return self._tok.encode(text, add_special_tokens=False).ids
+        return self._tok.encode_batch([text], add_special_tokens=False)[0].ids
 
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> text. Bytes that do not form whole UTF-8 characters come out as U+FFFD."""

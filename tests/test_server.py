@@ -3,6 +3,7 @@ driven by the official openai client and by raw HTTP: every answer equals the Py
 parameters and seed; concurrency, disconnects, the bounded queue, bad bodies, the API key and SIGTERM."""
 
 import json
+import os
 import signal
 import threading
 import time
@@ -335,6 +336,56 @@ def test_a_second_signal_during_the_drain_ends_the_requests_and_exits_1(small_se
     errors = [c["error"] for c in chunks if "error" in c]
     assert not errors or errors[0]["code"] == "shutting_down"
     assert "a second signal ended the drain early" in s.log()
+
+
+def _engine_process(pid: int) -> int:
+    """The server's engine process: its one child that multiprocessing spawned (Linux's /proc)."""
+    kids = [int(k) for k in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+    spawned = [k for k in kids if "multiprocessing" in open(f"/proc/{k}/cmdline").read()
+               and "resource_tracker" not in open(f"/proc/{k}/cmdline").read()]
+    assert len(spawned) == 1, [open(f"/proc/{k}/cmdline").read() for k in kids]
+    return spawned[0]
+
+
+def test_the_engine_runs_in_its_own_process_and_ends_with_the_server(small_server):
+    """The engine is a child process of the server (the HTTP side's event loop has the GIL of its own); after a
+    drain it is gone too."""
+    s = small_server
+    child = _engine_process(s.proc.pid)
+    ctx, lines = _open_stream(s, 20)
+    rest = [ln for ln in lines if ln]
+    ctx.__exit__(None, None, None)
+    assert rest[-1] == "data: [DONE]"
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(30) == 0, s.log()
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{child}") and time.monotonic() < deadline:
+        try:  # a zombie until its parent's exit is reaped: gone as a process when its state is Z or X
+            if open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] in "ZX":
+                break
+        except OSError:
+            break
+        time.sleep(0.05)
+    else:
+        assert not os.path.exists(f"/proc/{child}"), "the engine process outlived the server"
+
+
+def test_an_engine_process_that_dies_ends_its_requests_and_the_server_exits_1(small_server):
+    s = small_server
+    ctx, lines = _open_stream(s, 1000)
+    os.kill(_engine_process(s.proc.pid), signal.SIGKILL)
+    rest = []
+    try:
+        rest = [ln for ln in lines if ln]
+    except httpx.HTTPError:  # the connection closed under the stream
+        pass
+    ctx.__exit__(None, None, None)
+    chunks = [json.loads(ln[6:]) for ln in rest if ln != "data: [DONE]"]
+    assert not any(c.get("usage", {}).get("completion_tokens") == 1000 for c in chunks)
+    errors = [c["error"] for c in chunks if "error" in c]
+    assert errors and "engine process ended" in errors[0]["message"], rest[-3:]
+    assert s.proc.wait(30) == 1, s.log()
+    assert "engine process ended" in s.log()
 
 
 def test_stream_events_rendered_as_the_json_of_the_chunk(model):

@@ -160,3 +160,29 @@ def test_non_byte_level_is_refused():
     data["decoder"] = {"type": "BPEDecoder", "suffix": "</w>"}
     with pytest.raises(TokenizerError, match="byte-level BPE.*BPEDecoder"):
         Tokenizer.from_json_str(json.dumps(data))
+
+
+def test_encode_lets_other_threads_run(small_tok):
+    """A long prompt's encoding does not stop the process's other Python threads (the server's event loop and
+    engine): while a thread encodes, another keeps waking from short sleeps. Its ids are tokenizers' encode's."""
+    import sys
+    import threading
+    import time
+
+    rng = np.random.default_rng(0)
+    text = " ".join("".join(rng.choice(list("abcdefghijklmnop"), 12)) for _ in range(8000))
+    assert small_tok.encode(text) == small_tok._tok.encode(text, add_special_tokens=False).ids
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(2e-4)  # the server's
+    try:
+        worker = threading.Thread(target=lambda: [small_tok.encode(text) for _ in range(3)])
+        wakes, t0 = 0, time.perf_counter()
+        worker.start()
+        while worker.is_alive():
+            time.sleep(2e-4)
+            wakes += 1
+        wall = time.perf_counter() - t0
+    finally:
+        sys.setswitchinterval(interval)
+    # holding the GIL, the encoding lets the sleeper wake about twice in all; released, hundreds of times
+    assert wall > 0.02 and wakes >= 20, (wall, wakes)

@@ -26,6 +26,9 @@ NumPy sampler (a device backend overrides them to keep the work on the device):
   sample_rows(cache, rows, tokens, batch)    sample_step on some rows of the cache only (the
                                              server's continuous batching): the other rows
                                              keep their state
+  launch_rows(cache, rows, tokens, batch)    sample_rows started: -> RowsDraw, whose result()
+                                             is sample_rows' output (a device backend returns
+                                             while the device steps)
   sample_logits(logits, batch, positions)    draw each row of host logits [B, V] (a prefill's last logits)
                                              by ``batch`` at ``positions`` -> SampleOutput
   greedy_steps(cache, tokens, max_steps)     greedy decode as a stream of argmax ids
@@ -50,7 +53,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -198,6 +201,14 @@ class Runner(ABC):
         cache.pos[others] -= 1
         return _pick(out, rows)
 
+    def launch_rows(self, cache: Cache, rows: Sequence[int], tokens: np.ndarray, batch: SamplingBatch) -> "RowsDraw":
+        """sample_rows, started: -> a RowsDraw whose result() is sample_rows' SampleOutput. A device backend queues
+        the step and its draw and returns before they are done, so that the host works while the device steps (the
+        server's engine waits for step n's ids, launches step n + 1, then does step n's text work). Until result()
+        has been called the caller launches no other step on the cache; a prefill may be queued meanwhile (it runs
+        after the step). Default: sample_rows, done before it returns."""
+        return RowsDraw(self.sample_rows(cache, rows, tokens, batch))
+
     def sample_logits(self, logits: np.ndarray, batch: SamplingBatch, positions) -> SampleOutput:
         """Draw row b of host logits [B, V] by row b of ``batch`` at position positions[b] (the server's first
         token of a prompt prefilled in chunks). Default: the NumPy sampler; a device backend draws on the device."""
@@ -268,6 +279,22 @@ class Runner(ABC):
 
     def describe(self) -> str:
         return f"{self.backend} ({self.precision})"
+
+
+class RowsDraw:
+    """launch_rows' answer: result() -> the step's SampleOutput (waiting for it where it is still running); once."""
+
+    __slots__ = ("_out", "_wait")
+
+    def __init__(self, out: Optional[SampleOutput] = None, wait: Optional[Callable[[], SampleOutput]] = None):
+        if (out is None) == (wait is None):
+            raise ValueError("RowsDraw takes a SampleOutput or a function that waits for one")
+        self._out, self._wait = out, wait
+
+    def result(self) -> SampleOutput:
+        if self._wait is not None:
+            self._out, self._wait = self._wait(), None
+        return self._out
 
 
 def check_steps(max_steps: Optional[int]) -> None:

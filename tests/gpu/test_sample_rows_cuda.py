@@ -132,3 +132,31 @@ def test_sample_logits_draws_host_logits_on_the_device_as_the_numpy_sampler(runn
     np.testing.assert_array_equal(got.top_ids, want.top_ids)
     with pytest.raises(ValueError, match="sample_logits needs logits"):
         runner.sample_logits(logits[:3], batch, positions)
+
+
+@pytest.mark.parametrize("rows", [[7, 2, 10], list(range(POOL))], ids=["some", "all-in-order"])
+def test_launch_rows_returns_before_the_step_and_a_prefill_queued_meanwhile_runs_after(runner, prompts, rows):
+    """The server's engine: launch_rows queues the step (all the rows in order: the whole cache's step), the host
+    queues a prefill of another row before it takes the result: the draws are sample_rows', the prefill's logits
+    those of the row prefilled alone, and the stepped rows' positions moved by one."""
+    free = [r for r in range(POOL) if r not in rows]
+    cache, first = _prefilled(runner, prompts, range(POOL))
+    twin, _ = _prefilled(runner, prompts, range(POOL))
+    outputs = {r: [int(first[r])] for r in range(POOL)}
+    want = runner.sample_rows(twin, rows, first[rows], _batch(rows, prompts, outputs))
+    extra = [5, 9, 11]
+    if free:
+        target = free[0]
+        cache.pos[target] = 0
+        twin.pos[target] = 0
+        alone = runner.prefill_batch(twin, [target], [prompts[target] + extra])
+    pos = cache.pos.copy()
+    draw = runner.launch_rows(cache, rows, first[rows], _batch(rows, prompts, outputs))
+    if free:
+        got_logits = runner.prefill_batch(cache, [target], [prompts[target] + extra])
+        np.testing.assert_array_equal(got_logits, alone)
+    got = draw.result()
+    np.testing.assert_array_equal(got.ids, want.ids)
+    np.testing.assert_allclose(got.logprobs, want.logprobs, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(cache.pos[rows], pos[rows] + 1)
+    assert draw.result() is got  # once

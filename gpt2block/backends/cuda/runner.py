@@ -67,7 +67,7 @@ from ...config import GPT2Config
 from ...layout import block_layout
 from ...sampler import SampleOutput, SamplingBatch, SamplingError
 from ...weights import ModelWeights
-from ..base import BatchTooLarge, Cache, Runner, check_batch_args, check_ids, check_step_rows, token_chunks
+from ..base import BatchTooLarge, Cache, Runner, RowsDraw, check_batch_args, check_ids, check_step_rows, token_chunks
 from . import attention, decode_paths, linear, lm_head, modules, ops, packing
 from . import sampler as device_sampler
 
@@ -745,23 +745,33 @@ class CudaRunner(Runner):
         logits, launched after the step on the same stream; only ids and log-probabilities come back."""
         if batch.batch != cache.batch:
             raise ValueError(f"sample_step got {batch.batch} sampling rows for a batch of {cache.batch}")
+        return self._launch_step(cache, tokens, batch).result()
+
+    def _launch_step(self, cache: Cache, tokens: np.ndarray, batch: SamplingBatch) -> RowsDraw:
+        """sample_step, queued: the step and its draw on the stream; result() waits for the ids."""
         ds = self._device_sampler(cache)
         if ds is None:
-            return super().sample_step(cache, tokens, batch)
+            return RowsDraw(super().sample_step(cache, tokens, batch))
         logits = self._decode_device(cache, tokens)  # [B, V] on the device
         with self.stream:
             ds.launch(logits, batch, cache.pos.copy(), self.stream)
-        return ds.result(self.stream)
+        stream = self.stream
+        return RowsDraw(wait=lambda: ds.result(stream))
 
     def sample_rows(self, cache: Cache, rows: Sequence[int], tokens: np.ndarray, batch: SamplingBatch) -> SampleOutput:
         """sample_step on rows ``rows`` of the cache only, in that order: one decode step of len(rows) rows
         (_decode_rows: a graph per number of rows; each row's K / V and attention at its own cache row), then
         the draw on the device; the other rows are not touched. All the rows in order: sample_step."""
+        return self.launch_rows(cache, rows, tokens, batch).result()
+
+    def launch_rows(self, cache: Cache, rows: Sequence[int], tokens: np.ndarray, batch: SamplingBatch) -> RowsDraw:
+        """sample_rows queued on the stream (the step, then the draw); result() waits for the ids and reads them.
+        The host may queue a prefill meanwhile (it runs after the step), not another step."""
         rows, tokens = check_step_rows(cache, rows, tokens, self.config.vocab_size)
         if batch.batch != len(rows):
             raise ValueError(f"sample_rows got {batch.batch} sampling rows for {len(rows)} cache rows")
         if rows == list(range(cache.batch)):
-            return self.sample_step(cache, tokens, batch)
+            return self._launch_step(cache, tokens, batch)
         st = cache.rows_steps.get(len(rows))
         if st is None:
             st = cache.rows_steps[len(rows)] = _RowsStep(cache, len(rows), self.config.vocab_size)
@@ -771,12 +781,13 @@ class CudaRunner(Runner):
             except device_sampler.SamplerTooWide:
                 st.sampler = False
         if st.sampler is False:
-            return super().sample_rows(cache, rows, tokens, batch)
+            return RowsDraw(super().sample_rows(cache, rows, tokens, batch))
         rows = np.asarray(rows, np.int64)
         self._decode_rows(cache, st, rows, tokens)
-        with self.stream:
-            st.sampler.launch(st.logits, batch, cache.pos[rows], self.stream)
-        return st.sampler.result(self.stream)
+        sampler, stream = st.sampler, self.stream
+        with stream:
+            sampler.launch(st.logits, batch, cache.pos[rows], stream)
+        return RowsDraw(wait=lambda: sampler.result(stream))
 
     def sample_logits(self, logits: np.ndarray, batch: SamplingBatch, positions) -> SampleOutput:
         """Host logits [B, V] up to the device and drawn there (kernels/sampler.cu; a DeviceSampler per B, kept),
