@@ -283,9 +283,9 @@ class Engine:
         return any(s is not None for s in self._slots)
 
     def _warm(self) -> None:
-        """A prefill, then two greedy and two sampled steps of every number of rows the running batch can have
-        (a GPU backend compiles its kernels, the sampler's and a long prompt's too, and captures a decode graph
-        per number of rows here, not while requests wait; the NumPy backend: one row), then reset."""
+        """A prefill, then two steps of every number of rows the running batch can have (a GPU backend compiles
+        its kernels, a long prompt's too, and captures a decode graph per number of rows here, not while
+        requests wait; the NumPy backend: one row), then reset."""
         runner = self.model.runner
         numpy = runner.backend == "numpy"
         sizes = (1,) if numpy else range(1, self.max_batch + 1)
@@ -294,15 +294,11 @@ class Engine:
             runner.prefill_batch(self.cache, [0], [[0] * min(self.prefill_chunk, self.cache.n_ctx - 2)])
             self.cache.pos[0] = 0
         runner.prefill_batch(self.cache, rows, [[0, 0]] * len(rows))
-        # greedy, and a sampled draw (top-k, top-p, a penalty: the sampler's kernels), for every number of rows
-        modes = (SamplingParams(temperature=0.0), SamplingParams(temperature=1.0, top_k=50, top_p=0.9,
-                                                                 repetition_penalty=1.1))
         for n in sizes:
-            for params in modes:
-                b = SamplingBatch([params] * n, [0] * n, [0] * n, [[0]] * n)
-                self.cache.pos[:n] = 2
-                for _ in range(2):
-                    runner.sample_rows(self.cache, rows[:n], np.zeros(n, np.int64), b)
+            b = SamplingBatch([SamplingParams(temperature=0.0)] * n, [0] * n, [0] * n, [[0]] * n)
+            self.cache.pos[:n] = 2
+            for _ in range(2):
+                runner.sample_rows(self.cache, rows[:n], np.zeros(n, np.int64), b)
         runner.sample_logits(np.zeros((1, self.model.config.vocab_size), np.float32),
                              SamplingBatch([SamplingParams(temperature=0.0)], [0], [0], [[0]]), [2])
         self.cache.reset()
