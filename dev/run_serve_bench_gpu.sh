@@ -45,7 +45,7 @@ timeout 40 python3 after/scripts/make_random_checkpoint.py gpt2 /tmp/gpt2r --tok
 cd "$G/after"
 export PYTHONPATH=/tmp/site_c:/tmp/site:$G/after
 echo "=== GPU tests (sample_rows, launch_rows)"
-timeout 50 python3 -m pytest -q -x tests/gpu/test_sample_rows_cuda.py > $OUT/gpu_tests.log 2>&1
+timeout 150 python3 -m pytest -q -x tests/gpu/test_sample_rows_cuda.py > $OUT/gpu_tests.log 2>&1
 echo "tests rc $?"; tail -4 $OUT/gpu_tests.log
 
 echo "=== bench: uvloop + httptools"
