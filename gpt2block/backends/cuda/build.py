@@ -286,7 +286,7 @@ VEC_TILE_TABLE = {
     "tf32x3": ((64, 128, 1, 4, 4, 1.6), (128, 64, 4, 2, 4, 1.0)),
     "tf32": ((64, 128, 1, 4, 4, 1.0), (128, 64, 4, 2, 4, 1.0), (128, 96, 2, 3, 3, 1.2)),
 }
-VEC_SPLITK_MAX = 8  # the export's split K of a last part-wave on the mma.sync path (solve.cu: pick_vec)
+VEC_SPLITK_MAX = 8  # the export's split K on the mma.sync path, for GEMMs of less than a wave (solve.cu: pick_vec)
 # gemm_wgmma.cu's tiles per variant (cuda/linear.WG_TILES, and the export's sm_90a path): (wg, bn, speed,
 # splitk); the measurements behind the speeds: cuda/linear.py, above WG_TILES
 WG_TILE_TABLE = {
