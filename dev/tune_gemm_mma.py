@@ -2,16 +2,20 @@
 """The mma.sync GEMM (the export's path on sm_80+ without the sm_90a features) on the block's four
 products at seq_len M: each kernel variant x tile x precision, its error and TFLOP/s, next to torch.
 
-    python dev/tune_gemm_mma.py [--m 1024] [--variants 01,02] [--precisions tf32x3,tf32] [--quick]
+    python dev/tune_gemm_mma.py [--m 1024] [--variants 01,03] [--precisions tf32x3,tf32] [--quick]
 
 Variants:
   01  kernels/gemm_mma.cuh, the general body (gemm.cu built with the tile's defines)
-  02  kernels/gemm_mma_vec.cuh: k and n permuted so that fragments are 16-byte LDS, swizzled tiles
-Dropped (dev/gemm_mma/03_direct_acc.cuh, in git at commit 002c0ba): 02 with tf32x3's products accumulated
-straight in the tensor core and a two-instruction split (10.6-41.8x torch fp32's error, hardly faster); the
-same with a k16 chunk's products summed from zero, then FADDed into acc (0.6-1.4x torch's error, slower than
-02 on three of the four products).
-Results: docs/PERFORMANCE.md, version 40.
+  03  kernels/gemm_mma_f16.cuh: fp16 tensor cores on fp16 planes of A and B (made before the timing, by the
+      file's gemm_f16_planes; not timed), tf32x3 meaning its fp32 mode (two planes, three products), tf32 its
+      one-plane mode
+Dropped (in git): 02, kernels/gemm_mma_vec.cuh (TF32 mma.sync, k and n permuted for 16-byte LDS, at commit
+6a87239; the four products 383 us in tf32x3 and 177 in tf32 against 03's 183 and 92 in the same run);
+dev/gemm_mma/03_direct_acc.cuh (at commit 002c0ba: 02 with tf32x3's products accumulated straight in the
+tensor core, 10.6-41.8x torch fp32's error); 04, 03 with the lo products of each k16 step summed from zero
+and added by an FFMA (no second accumulator, so that a 64 x 64 warp tile fits): 221 us against 183, the
+64 x 64 warp tiles slowest.
+Results: docs/PERFORMANCE.md, version 41.
 Each product C = A @ B + bias (A [M, K] uniform in [-1, 1], B [K, N] N(0, 0.02), bias N(0, 0.02)) is checked
 against float64: tf32x3 as a multiple of torch fp32's own error, tf32 as the max abs error. Times: median
 of 5 batches of 20 back-to-back launches (CUDA events). The last table: per product the best tile of each
@@ -35,10 +39,10 @@ SHAPES = {"qkv": (2304, 768), "attn_proj": (768, 768), "fc": (3072, 768), "mlp_p
 # (BM, BN, WARPS_M, WARPS_N, STAGES)
 TILES = {
     "01": [(128, 128, 2, 4, 3), (128, 64, 4, 2, 3), (64, 64, 2, 2, 3)],
-    "02": [(128, 128, 4, 4, 3), (128, 128, 2, 4, 3), (128, 128, 2, 4, 4), (128, 96, 2, 3, 3), (128, 64, 4, 2, 4),
-           (64, 128, 1, 4, 4), (64, 64, 1, 2, 4), (64, 96, 1, 3, 4)],
+    "03": [(128, 128, 2, 4, 3), (128, 128, 2, 4, 4), (128, 64, 2, 2, 4), (64, 128, 1, 4, 4), (64, 128, 2, 2, 4),
+           (128, 192, 2, 4, 3), (64, 64, 1, 2, 4), (128, 128, 2, 2, 3), (256, 128, 4, 2, 3), (128, 256, 2, 4, 3)],
 }
-QUICK = {"01": TILES["01"][:1], "02": TILES["02"][:3]}
+QUICK = {"01": TILES["01"][:1], "03": TILES["03"][:3]}
 
 
 def source(variant: str, tile: tuple) -> tuple[str, tuple, int, str]:
@@ -54,17 +58,22 @@ def source(variant: str, tile: tuple) -> tuple[str, tuple, int, str]:
         ldn = bn + 8
         smem = stages * (bm * lds + max(32 * ldn, bn * lds)) * 4
         return head + read_source("gemm.cu"), ("--std=c++17",), smem, "gemm"
-    if variant == "02":
-        code = (
-            "#define GEMM_WITH_TF32 1\n#define GEMM_WITH_TF32X3 1\n"
-            + read_source("gemm_mma_vec.cuh")
-            + f"typedef GemmVecTile<{bm}, {bn}, {wm}, {wn}, {stages}> T;\n"
-            + 'extern "C" __global__ void __launch_bounds__(T::THREADS) v_tf32x3_bias(GEMM_PARAMS) '
-              "{ gemm_mma_vec_body<T, 3, GEMM_EPI_BIAS>(A, B, bias, R, C, M, N, K, GEMM_EPI_BIAS, 0, 1, nullptr); }\n"
-            + 'extern "C" __global__ void __launch_bounds__(T::THREADS) v_tf32_bias(GEMM_PARAMS) '
-              "{ gemm_mma_vec_body<T, 1, GEMM_EPI_BIAS>(A, B, bias, R, C, M, N, K, GEMM_EPI_BIAS, 0, 1, nullptr); }\n")
-        smem = stages * (bm * 32 + 32 * bn) * 4
-        return code, ("--std=c++17",), smem, "v"
+    if variant == "03":
+        code = "#define GEMM_WITH_TF32 1\n#define GEMM_WITH_TF32X3 1\n" + read_source("gemm_mma_f16.cuh")
+        body = "gemm_f16_body"
+        params = ("const unsigned short* Ah, const unsigned short* Al, const unsigned short* Wh, "
+                  "const unsigned short* Wl, const float* sa, const float* sw, const float* bias, float* C, "
+                  "int M, int N, int K")
+        for prec, planes in (("tf32x3", 2), ("tf32", 1)):
+            code += (f"typedef GemmF16Tile<{bm}, {bn}, {wm}, {wn}, {stages}, {planes}> T{planes};\n"
+                     f'extern "C" __global__ void __launch_bounds__(T{planes}::THREADS) h_{prec}_bias({params}) '
+                     f"{{ {body}<T{planes}>(Ah, Al, Wh, Wl, sa, sw, bias, nullptr, C, nullptr, nullptr, "
+                     "nullptr, M, N, K, GEMM_EPI_BIAS, 0, 1, nullptr); }\n")
+        code += ('extern "C" __global__ void h_planes(const float* X, int ld, unsigned short* hi, unsigned short* lo, '
+                 "long long rows, int cols, const float* s, int planes) "
+                 "{ gemm_f16_planes(X, ld, hi, lo, rows, cols, s, planes); }\n")
+        smem = {prec: stages * planes * (bm * 32 + 32 * bn) * 2 for prec, planes in (("tf32x3", 2), ("tf32", 1))}
+        return code, ("--std=c++17",), smem, "h"
     raise ValueError(f"unknown variant {variant!r}")
 
 
@@ -86,7 +95,7 @@ def time_us(cp, fn) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--m", type=int, default=1024)
-    ap.add_argument("--variants", default="01,02")
+    ap.add_argument("--variants", default="01,03")
     ap.add_argument("--precisions", default="tf32x3,tf32")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
@@ -118,6 +127,27 @@ def main() -> int:
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     best = {}
     failed = 0
+    planes_of = {}  # (product, planes) -> (Ah, Al, Wh, Wl, scales): variant 03's operands
+
+    def make_planes(mod, name, planes):
+        import math
+
+        if (name, planes) not in planes_of:
+            A, B = data[name][0], data[name][1]
+            f = mod.get_function("h_planes")
+            out = []
+            scales = []
+            for X in (A, B):
+                amax = X.abs().max().item()
+                scales.append(2.0 ** (14 - math.ceil(math.log2(amax))) if amax > 0 else 1.0)
+                out += [torch.zeros(X.shape, dtype=torch.int16, device="cuda") for _ in range(2)]
+            sc = torch.tensor(scales, dtype=torch.float32, device="cuda")
+            for X, hi, lo, i in ((A, out[0], out[1], 0), (B, out[2], out[3], 1)):
+                f((1024,), (256,), (cp.uint64(X.data_ptr()), cp.int32(X.shape[1]), cp.uint64(hi.data_ptr()),
+                                    cp.uint64(lo.data_ptr()), cp.int64(X.shape[0]), cp.int32(X.shape[1]),
+                                    cp.uint64(sc.data_ptr() + 4 * i), cp.int32(planes)))
+            planes_of[(name, planes)] = (*out, sc)
+        return planes_of[(name, planes)]
     jobs = [(v, tile) for v in a.variants.split(",") for tile in (QUICK if a.quick else TILES)[v]]
 
     def build(job):
@@ -142,18 +172,25 @@ def main() -> int:
                 continue
             for prec in a.precisions.split(","):
                 k = mod.get_function(f"{prefix}_{prec}_bias")
-                k.max_dynamic_shared_size_bytes = smem
+                shm = smem[prec] if isinstance(smem, dict) else smem
+                k.max_dynamic_shared_size_bytes = shm
                 threads = tile[2] * tile[3] * 32
                 for name, (N, K) in SHAPES.items():
                     A, B, bias, ref, peer = data[name]
                     C = torch.full((M, N), float("nan"), device="cuda")
                     grid = ((M + tile[0] - 1) // tile[0], (N + tile[1] - 1) // tile[1], 1)
-                    if variant == "02":  # one tile a block on a 1-D grid (gemm_mma_vec.cuh)
+                    if variant == "03":  # one tile a block on a 1-D grid
                         grid = (grid[0] * grid[1], 1, 1)
-                    args = (A.data_ptr(), B.data_ptr(), bias.data_ptr(), 0, C.data_ptr(),
-                            cp.int32(M), cp.int32(N), cp.int32(K))
+                    if variant == "03":
+                        ah, al, wh, wl, sc = make_planes(mod, name, 2 if prec == "tf32x3" else 1)
+                        args = (ah.data_ptr(), al.data_ptr(), wh.data_ptr(), wl.data_ptr(), sc.data_ptr(),
+                                sc.data_ptr() + 4, bias.data_ptr(), C.data_ptr(), cp.int32(M), cp.int32(N),
+                                cp.int32(K))
+                    else:
+                        args = (A.data_ptr(), B.data_ptr(), bias.data_ptr(), 0, C.data_ptr(),
+                                cp.int32(M), cp.int32(N), cp.int32(K))
                     args = tuple(cp.uint64(x) if isinstance(x, int) else x for x in args)
-                    run = lambda: k(grid, (threads,), args, shared_mem=smem)  # noqa: E731
+                    run = lambda: k(grid, (threads,), args, shared_mem=shm)  # noqa: E731
                     run()
                     torch.cuda.synchronize()
                     err = (C.double() - ref).abs().max().item()

@@ -124,10 +124,12 @@ __device__ __forceinline__ float ln_out(float d, float m, float r_hi, float r_lo
     return fmaf(d, s_hi, t);
 }
 
-// The row in v (one warp's registers) normalized -> y[row]; v is left centred on c.
-__device__ __forceinline__ void ln_row(float4 (&v)[LN_MAX_VEC], const float* __restrict__ g,
-                                       const float* __restrict__ b, float* __restrict__ y, int row,
-                                       int y_stride, int D, int nvec, int lane, float eps) {
+// The row in v (one warp's registers) normalized, each float4 of it handed to store(c4, o) (columns 4 c4 ..
+// 4 c4 + 3); v is left centred on c.
+template <class Store>
+__device__ __forceinline__ void ln_row_to(float4 (&v)[LN_MAX_VEC], const float* __restrict__ g,
+                                          const float* __restrict__ b, int D, int nvec, int lane, float eps,
+                                          Store store) {
     const float c = (float)(warp_sum((double)ln_lane_sum(v, nvec, lane)) / D);
     ln_shift(v, c, nvec, lane);
     double sd, sq;
@@ -145,7 +147,6 @@ __device__ __forceinline__ void ln_row(float4 (&v)[LN_MAX_VEC], const float* __r
 
     const float4* g4 = reinterpret_cast<const float4*>(g);
     const float4* b4 = reinterpret_cast<const float4*>(b);
-    float4* yr = reinterpret_cast<float4*>(y + (long long)row * y_stride);
 #pragma unroll
     for (int i = 0; i < LN_MAX_VEC; ++i) {
         const int c4 = lane + 32 * i;
@@ -156,9 +157,17 @@ __device__ __forceinline__ void ln_row(float4 (&v)[LN_MAX_VEC], const float* __r
             o.y = ln_out(v[i].y, m, r_hi, r_lo, gg.y, bv.y);
             o.z = ln_out(v[i].z, m, r_hi, r_lo, gg.z, bv.z);
             o.w = ln_out(v[i].w, m, r_hi, r_lo, gg.w, bv.w);
-            ln_st4(yr + c4, o);
+            store(c4, o);
         }
     }
+}
+
+// The row in v normalized -> y[row] (fp32).
+__device__ __forceinline__ void ln_row(float4 (&v)[LN_MAX_VEC], const float* __restrict__ g,
+                                       const float* __restrict__ b, float* __restrict__ y, int row,
+                                       int y_stride, int D, int nvec, int lane, float eps) {
+    float4* yr = reinterpret_cast<float4*>(y + (long long)row * y_stride);
+    ln_row_to(v, g, b, D, nvec, lane, eps, [&](int c4, const float4& o) { ln_st4(yr + c4, o); });
 }
 
 extern "C" __global__ void __launch_bounds__(32 * LN_WARPS) layernorm_f32(

@@ -22,10 +22,16 @@
 //      wgmma GEMMs (gemm_wgmma.cuh) on weight planes remade from `weights` by every call (on a second
 //      stream: W_qkv's beside the first LayerNorm, the other three once the QKV GEMM is queued, beside
 //      attention), wgmma attention (attention_wgmma.cu) with its split-key plan;
-//   2  sm_80 and later without them (sm_80, 86, 89, plain sm_90, sm_100, ...): mma.sync TF32 tensor cores
-//      (gemm_mma_vec.cuh where K and N are multiples of 4 and A, W 16-byte aligned, as the block's are
-//      for any torch-allocated weights; else gemm_mma.cuh; attention.cu's prefill kernels), each GEMM on
-//      the tile with the least estimated time;
+//   2  sm_80 and later without them (sm_80, 86, 89, plain sm_90, sm_100, ...): mma.sync fp16 tensor cores
+//      on fp16 planes (gemm_mma_f16.cuh: hi and, in fp32 mode, lo planes with a power-of-two scale each,
+//      three products for fp32 accuracy, one for TF32's), each GEMM on the tile with the least estimated
+//      time; the weights' planes remade by every call on a second stream (W_qkv's beside the first
+//      LayerNorm, the others beside attention), after the largest |value| of each matrix, LayerNorm
+//      parameter and bias (solve_planes_amax) gives every operand's scale (solve_planes_scales: from bounds
+//      on the activations, so that no plane overflows); the activations' planes from the LayerNorms
+//      (solve_layernorm_planes), the QKV and FC GEMMs' epilogues and attention's fp32 output
+//      (solve_planes); attention on the qkv planes, flash style on the same fp16 tensor cores
+//      (attention_f16.cuh, three products in fp32 mode) with a split-key plan;
 //   1  older targets (sm_75, the T4: no cp.async, no TF32 tensor cores): FFMA in fp32 throughout
 //      (gemm_simt.cuh, attention_prefill_f32), in both precisions.
 // The host cannot see __CUDA_ARCH__, and a fat binary or a PTX build (compute_75 PTX JIT-compiled for a
@@ -34,10 +40,11 @@
 // compilation, so the host launches only that path's kernels; the other paths' kernels are compiled with
 // empty bodies (or traps) there and are never launched.
 //
-// The scratch (h, qkv, a, f: 9 x seq_len x 768 floats; on the mma.sync path split K's partial tiles, at most
-// a wave of them; the wgmma path's attention planes and every
-// path's split-key partials) is allocated at the first call and regrown only when a longer seq_len
-// arrives; the wgmma path's weight planes (2 x 7.1M floats in fp32 mode) once. No cudaMalloc on the hot
+// The scratch (h, qkv, a, f: 9 x seq_len x 768 floats; on the mma.sync path the activations' planes,
+// 2 x 9 x seq_len x 768 halves in fp32 mode, and split K's partial tiles, at most a wave of them; the wgmma
+// path's attention planes and every path's split-key partials) is allocated at the first call and regrown
+// only when a longer seq_len arrives; the weight planes (wgmma: 2 x 7.1M floats in fp32 mode; mma.sync:
+// 2 x 7.1M halves) once. No cudaMalloc on the hot
 // path. Kernels run on the legacy default stream (the stream of a torch or CuPy program that set none),
 // one after another; solve() does not synchronize. State is per process (one device at a time).
 #include <cuda_runtime.h>
@@ -48,38 +55,29 @@
 #include <vector>
 
 #include "attention.cu"
+#include "attention_f16.cuh"
 #include "attention_wgmma.cu"
 #include "common.cuh"
 #include "gemm_epilogue.cuh"
-#include "gemm_mma.cuh"
-#include "gemm_mma_vec.cuh"
+#include "gemm_mma_f16.cuh"
 #include "gemm_simt.cuh"
 #include "gemm_wgmma.cuh"
 #include "layernorm.cu"
 #include "layout.cuh"
 
 // Build parameters (build.py: solve()): the precision, the GEMM tiles of the mma.sync and wgmma paths, and the
-// mma.sync tiles' k depth and stages.
+// mma.sync path's most K splits.
 #ifndef SOLVE_TF32X3
 #error "SOLVE_TF32X3 is set by gpt2block/backends/cuda/build.py"
 #endif
-#ifndef SOLVE_MMA_TILES
-#error "SOLVE_MMA_TILES is set by gpt2block/backends/cuda/build.py"
+#ifndef SOLVE_F16_TILES
+#error "SOLVE_F16_TILES is set by gpt2block/backends/cuda/build.py"
 #endif
-#ifndef SOLVE_VEC_TILES
-#error "SOLVE_VEC_TILES is set by gpt2block/backends/cuda/build.py"
-#endif
-#ifndef SOLVE_VEC_SPLITK_MAX
-#error "SOLVE_VEC_SPLITK_MAX is set by gpt2block/backends/cuda/build.py"
+#ifndef SOLVE_F16_SPLITK_MAX
+#error "SOLVE_F16_SPLITK_MAX is set by gpt2block/backends/cuda/build.py"
 #endif
 #ifndef SOLVE_WG_TILES
 #error "SOLVE_WG_TILES is set by gpt2block/backends/cuda/build.py"
-#endif
-#ifndef GEMM_BK
-#error "GEMM_BK is set by gpt2block/backends/cuda/build.py"
-#endif
-#ifndef GEMM_STAGES
-#error "GEMM_STAGES is set by gpt2block/backends/cuda/build.py"
 #endif
 
 #if defined(__CUDA_ARCH__)
@@ -99,36 +97,135 @@ namespace gpt2block_solve {
 constexpr int D = BLOCK_D;
 constexpr int H = D / HEAD_DIM;
 constexpr int PASSES = SOLVE_TF32X3 ? 3 : 1;
+constexpr int F16_PLANES = SOLVE_TF32X3 ? 2 : 1;  // the mma.sync path's planes an operand (hi; hi and lo)
 constexpr int PATH_SIMT = 1, PATH_MMA = 2, PATH_WGMMA = 3;
+typedef unsigned short half_bits;  // an fp16 plane's element
+
+// The mma.sync path's amax slots (solve_planes_amax: max |value| of each, as float bits; two groups, the
+// first what W_qkv's planes and the first GEMM need) and scale slots (solve_planes_scales).
+enum : int {
+    AMAX_W_QKV, AMAX_LN1_G, AMAX_LN1_B, AMAX_B_QKV,                        // group 0
+    AMAX_W_ATTN, AMAX_W_FC, AMAX_W_PROJ, AMAX_LN2_G, AMAX_LN2_B, AMAX_B_FC,  // group 1
+    AMAX_SLOTS,
+    AMAX_GROUP1 = AMAX_W_ATTN
+};
+constexpr int SC_W = 0;  // + i: W_qkv, W_attn, W_fc, W_proj
+// the activations: ln_1's output, qkv and attention's output (one bound), ln_2's output, GELU's
+constexpr int SC_H1 = 4, SC_QKV = 5, SC_H2 = 6, SC_F = 7, SC_SLOTS = 8;
+__constant__ long long AMAX_OFF[AMAX_SLOTS] = {O_W_QKV, O_LN1_G, O_LN1_B, O_B_QKV, O_W_ATTN,
+                                               O_W_FC,  O_W_PROJ, O_LN2_G, O_LN2_B, O_B_FC};
+__constant__ int AMAX_LEN[AMAX_SLOTS] = {D * 3 * D, D, D, 3 * D, D * D, D * 4 * D, 4 * D * D, D, D, 4 * D};
 
 // ---------------------------------------------------------------------------------------------
 // Kernels: each path's GEMM kernels, their bodies compiled only for that path's targets.
 
 __global__ void solve_code_path(int* path) { *path = SOLVE_CODE_PATH; }
 
-// One kernel per tile for every epilogue (GEMM_EPI_RUNTIME: the epi argument, a GEMM_EPI_*): a third of
-// the code to compile of one kernel per epilogue.
+// One kernel per tile for every epilogue (the epi argument, a GEMM_EPI_*): a third of the code to compile
+// of one kernel per epilogue. Arguments: gemm_mma_f16.cuh's gemm_f16_body.
 template <class T>
-__global__ void __launch_bounds__(T::THREADS) solve_gemm_mma(GEMM_PARAMS, int epi) {
+__global__ void __launch_bounds__(T::THREADS)
+    solve_gemm_f16(const half_bits* Ah, const half_bits* Al, const half_bits* Wh, const half_bits* Wl, const float* sa,
+                   const float* sw, const float* bias, const float* R, float* C, half_bits* Ch, half_bits* Cl,
+                   const float* out_s, int M, int N, int K, int epi, int tile0, int splits, float* P) {
 #if SOLVE_CODE_PATH == 2
-    gemm_mma_body<T, PASSES, GEMM_EPI_RUNTIME, false>(A, B, bias, R, C, M, N, K, epi);
+    gemm_f16_body<T>(Ah, Al, Wh, Wl, sa, sw, bias, R, C, Ch, Cl, out_s, M, N, K, epi, tile0, splits, P);
 #endif
 }
 
-template <class T>
-__global__ void __launch_bounds__(T::THREADS) solve_gemm_vec(GEMM_PARAMS, int epi, int tile0, int splits, float* P) {
+// Split K's second pass (gemm_mma_f16.cuh): tiles tile0 .. tile0 + tiles - 1 from their partials.
+__global__ void __launch_bounds__(256)
+    solve_gemm_f16_reduce(const float* __restrict__ P, int splits, int tile0, int tiles, int tiles_m, int bm, int bn,
+                          const float* __restrict__ bias, const float* R, float* C, half_bits* Ch, half_bits* Cl,
+                          const float* out_s, int M, int N, int epi) {
 #if SOLVE_CODE_PATH == 2
-    gemm_mma_vec_body<T, PASSES, GEMM_EPI_RUNTIME>(A, B, bias, R, C, M, N, K, epi, tile0, splits, P);
+    gemm_f16_splitk_reduce(P, splits, tile0, tiles, tiles_m, bm, bn, bias, R, C, Ch, Cl, out_s, F16_PLANES, M, N,
+                           epi);
 #endif
 }
 
-// Split K's second pass (gemm_mma_vec.cuh): tiles tile0 .. tile0 + tiles - 1 of C from their partials.
-__global__ void __launch_bounds__(256) solve_gemm_vec_reduce(const float* __restrict__ P, int splits, int tile0,
-                                                           int tiles, int tiles_m, int bm, int bn,
-                                                           const float* __restrict__ bias, const float* R, float* C,
-                                                           int M, int N, int epi) {
+// Path 2's attention (attention_f16.cuh): query tile blockIdx.x, head blockIdx.y, key split blockIdx.z.
+__global__ void __launch_bounds__(AttnF16<F16_PLANES>::THREADS)
+    solve_attention_f16(const half_bits* qkv, const float* s_qkv, float* out, int S, int chunk, float* part_o,
+                        float* part_ml, int* counters) {
 #if SOLVE_CODE_PATH == 2
-    gemm_vec_splitk_reduce(P, splits, tile0, tiles, tiles_m, bm, bn, bias, R, C, M, N, epi);
+    attn_f16_body<F16_PLANES>(qkv, s_qkv, out, D, S, blockIdx.x, AttnSplit{chunk, part_o, part_ml, counters});
+#endif
+}
+
+// X [rows, cols] fp32 -> its planes with the scale scales[slot] (gemm_mma_f16.cuh: gemm_f16_planes).
+__global__ void __launch_bounds__(256) solve_planes(const float* __restrict__ X, half_bits* hi, half_bits* lo,
+                                                    long long rows, int cols, const float* scales, int slot) {
+#if SOLVE_CODE_PATH == 2
+    gemm_f16_planes(X, cols, hi, lo, rows, cols, scales + slot, F16_PLANES);
+#endif
+}
+
+// amax[s] = max |w[AMAX_OFF[s] + i]| over i < AMAX_LEN[s], for the slots first + blockIdx.y (as float bits:
+// the order of non-negative floats is their bits' order; amax zeroed before). A grid-stride loop, four
+// float4 loads in flight a thread.
+__global__ void __launch_bounds__(256) solve_planes_amax(const float* __restrict__ w, unsigned* amax, int first) {
+#if SOLVE_CODE_PATH == 2
+    const int s = first + blockIdx.y;
+    const float4* p = reinterpret_cast<const float4*>(w + AMAX_OFF[s]);
+    const int n4 = AMAX_LEN[s] / 4, step = gridDim.x * blockDim.x;
+    float m = 0.0f;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += 4 * step) {
+        float4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = i + u * step < n4 ? __ldg(p + i + u * step) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            m = fmaxf(m, fmaxf(fmaxf(fabsf(v[u].x), fabsf(v[u].y)), fmaxf(fabsf(v[u].z), fabsf(v[u].w))));
+    }
+    // (a NaN is dropped by fmaxf: its output is NaN anyway, whatever the scale.) One atomic a block: those
+    // of every warp on one address took longer than the loads.
+    __shared__ float warp_m[8];
+    m = warp_max(m);
+    if ((threadIdx.x & 31) == 0) warp_m[threadIdx.x >> 5] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < (int)(blockDim.x >> 5); ++i) m = fmaxf(m, warp_m[i]);
+        if (m > 0.0f) atomicMax(amax + s, __float_as_uint(m));
+    }
+#endif
+}
+
+// The scale of an operand whose |values| are at most `bound`: the power of two that takes the bound to at most
+// 2^14 (gemm_mma_f16.cuh), kept within 2^-60 .. 2^60 so that two scales' product stays a normal float.
+__device__ __forceinline__ float planes_scale_of(float bound) {
+    if (!(bound > 0.0f)) return 1.0f;
+    int e = 128;
+    if (bound <= 3.0e38f) frexpf(bound, &e);  // bound <= 2^e
+    return ldexpf(1.0f, max(-60, min(60, 14 - e)));
+}
+
+// A LayerNorm output's scale from max|g| and max|b|: |ln(x)_j| <= sqrt(D) max|g| + max|b| (the normalized
+// row's norm is below sqrt(D)). solve_planes_scales and solve_layernorm_planes both use it: the same scale.
+__device__ __forceinline__ float ln_planes_scale(float g_max, float b_max) {
+    return planes_scale_of(sqrtf((float)D) * g_max + b_max);
+}
+
+// The scales of amax group `group` (0: W_qkv, ln_1's output, attention's output; 1: the rest) from its
+// bounds: ln_planes_scale; a LayerNorm output row's norm is at most sqrt(D) (max|g| + max|b|), so
+// |h W + b_qkv| <= D (max|g| + max|b|) max|W| + max|b_qkv|, which bounds the attention output (a mean of v
+// rows); |gelu(z)| <= max(|z|, 0.17). One thread.
+__global__ void solve_planes_scales(const unsigned* amax_bits, float* scales, int group) {
+#if SOLVE_CODE_PATH == 2
+    float a[AMAX_SLOTS];
+    for (int i = 0; i < AMAX_SLOTS; ++i) a[i] = __uint_as_float(amax_bits[i]);
+    if (group == 0) {
+        scales[SC_W + 0] = planes_scale_of(a[AMAX_W_QKV]);
+        scales[SC_H1] = ln_planes_scale(a[AMAX_LN1_G], a[AMAX_LN1_B]);
+        scales[SC_QKV] = planes_scale_of(D * (a[AMAX_LN1_G] + a[AMAX_LN1_B]) * a[AMAX_W_QKV] + a[AMAX_B_QKV]);
+    } else {
+        scales[SC_W + 1] = planes_scale_of(a[AMAX_W_ATTN]);
+        scales[SC_W + 2] = planes_scale_of(a[AMAX_W_FC]);
+        scales[SC_W + 3] = planes_scale_of(a[AMAX_W_PROJ]);
+        scales[SC_H2] = ln_planes_scale(a[AMAX_LN2_G], a[AMAX_LN2_B]);
+        scales[SC_F] =
+            planes_scale_of(fmaxf(D * (a[AMAX_LN2_G] + a[AMAX_LN2_B]) * a[AMAX_W_FC] + a[AMAX_B_FC], 0.17f));
+    }
 #endif
 }
 
@@ -145,7 +242,43 @@ __global__ void __launch_bounds__(SIMT_THREADS) solve_gemm_simt(GEMM_PARAMS, int
 #endif
 }
 
-// The tiles (build.py): MmaTile<i> / WgTile<i>, their count, and a host table for the choice.
+// y = LayerNorm(x; g, b) of rows [rows, D] straight to its planes hi, lo [rows, D] (path 2): one warp a row
+// (layernorm.cu's ln_load and ln_row_to), the scale ln_planes_scale of g's and b's largest |value|, worked
+// out here (so this kernel waits on nothing of the side stream).
+__global__ void __launch_bounds__(32 * LN_WARPS) solve_layernorm_planes(const float* __restrict__ x,
+                                                                        const float* __restrict__ g,
+                                                                        const float* __restrict__ b, half_bits* hi,
+                                                                        half_bits* lo, int rows) {
+#if SOLVE_CODE_PATH == 2
+    const int lane = threadIdx.x & 31, row = blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    constexpr int NVEC = D / 4;
+    float4 v[LN_MAX_VEC];
+    ln_load(v, x, row, D, NVEC, lane);
+    float gm = 0.0f, bm = 0.0f;
+#pragma unroll
+    for (int i = 0; i < LN_MAX_VEC; ++i) {
+        const int c4 = lane + 32 * i;
+        if (c4 < NVEC) {
+            const float4 gg = __ldg(reinterpret_cast<const float4*>(g) + c4);
+            const float4 bb = __ldg(reinterpret_cast<const float4*>(b) + c4);
+            gm = fmaxf(gm, fmaxf(fmaxf(fabsf(gg.x), fabsf(gg.y)), fmaxf(fabsf(gg.z), fabsf(gg.w))));
+            bm = fmaxf(bm, fmaxf(fmaxf(fabsf(bb.x), fabsf(bb.y)), fmaxf(fabsf(bb.z), fabsf(bb.w))));
+        }
+    }
+    const float sc = ln_planes_scale(warp_max(gm), warp_max(bm));
+    const long long at = (long long)row * D;
+    ln_row_to(v, g, b, D, NVEC, lane, 1e-5f, [&](int c4, const float4& o) {
+        uint2 h, l;
+        f16_split2(o.x, o.y, sc, F16_PLANES, h.x, l.x);
+        f16_split2(o.z, o.w, sc, F16_PLANES, h.y, l.y);
+        *reinterpret_cast<uint2*>(hi + at + 4 * c4) = h;
+        if (F16_PLANES == 2) *reinterpret_cast<uint2*>(lo + at + 4 * c4) = l;
+    });
+#endif
+}
+
+// The tiles (build.py): F16Tile<i> / WgTile<i>, their count, and a host table for the choice.
 struct TileInfo {
     int bm, bn, per_sm;
     float speed;
@@ -153,32 +286,18 @@ struct TileInfo {
 };
 
 template <int I>
-struct MmaTile;
-#define SOLVE_MMA_TILE(i, bm, bn, wm, wn, per_sm, speed)                        \
-    template <>                                                                  \
-    struct MmaTile<i> {                                                          \
-        typedef GemmTile<bm, bn, wm, wn, GEMM_BK, GEMM_STAGES> T;                \
-        static TileInfo info() { return {bm, bn, per_sm, speed, (unsigned)T::SMEM_BYTES}; } \
-    };
-SOLVE_MMA_TILES
-#undef SOLVE_MMA_TILE
-#define SOLVE_MMA_TILE(...) +1
-constexpr int N_MMA_TILES = 0 SOLVE_MMA_TILES;
-#undef SOLVE_MMA_TILE
-
-template <int I>
-struct VecTile;
-#define SOLVE_VEC_TILE(i, bm, bn, wm, wn, stages, speed)                              \
-    template <>                                                                       \
-    struct VecTile<i> {                                                               \
-        typedef GemmVecTile<bm, bn, wm, wn, stages> T;                                \
+struct F16Tile;
+#define SOLVE_F16_TILE(i, bm, bn, wm, wn, stages, speed)                               \
+    template <>                                                                        \
+    struct F16Tile<i> {                                                                \
+        typedef GemmF16Tile<bm, bn, wm, wn, stages, F16_PLANES> T;                     \
         static TileInfo info() { return {bm, bn, 0, speed, (unsigned)T::SMEM_BYTES}; } \
     };
-SOLVE_VEC_TILES
-#undef SOLVE_VEC_TILE
-#define SOLVE_VEC_TILE(...) +1
-constexpr int N_VEC_TILES = 0 SOLVE_VEC_TILES;
-#undef SOLVE_VEC_TILE
+SOLVE_F16_TILES
+#undef SOLVE_F16_TILE
+#define SOLVE_F16_TILE(...) +1
+constexpr int N_F16_TILES = 0 SOLVE_F16_TILES;
+#undef SOLVE_F16_TILE
 
 constexpr int WG_PLANES = PASSES == 3 ? 2 : 1;
 template <int I>
@@ -211,6 +330,12 @@ struct State {
     int rows = 0;
     float* partials = nullptr;  // split K's partial tiles (mma.sync path): at most a wave of tiles
     long long partial_floats = 0;
+    // mma.sync path: the planes (F16_PLANES of each: hi, then lo) of the activations h [rows, D], qkv
+    // [rows, 3D], att [rows, D], f [rows, 4D] and of the weights W_qkv, W_attn, W_fc, W_proj; amax and scale slots
+    half_bits *hp = nullptr, *qkvp = nullptr, *ap = nullptr, *fp = nullptr;
+    half_bits* wp = nullptr;
+    unsigned* amax = nullptr;  // [AMAX_SLOTS]
+    float* scales = nullptr;   // [SC_SLOTS]
     // split-key attention: partials and tickets (the kernels leave the tickets zero)
     float* part_o = nullptr;   // [slots][64][64]
     float* part_ml = nullptr;  // [slots][64][2]
@@ -237,8 +362,6 @@ static bool ok(cudaError_t e, const char* what) {
 static bool launched(const char* what) { return ok(cudaGetLastError(), what); }
 
 static long long cdiv(long long a, long long b) { return (a + b - 1) / b; }
-
-static bool aligned16(const void* p) { return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0; }
 
 // ---------------------------------------------------------------------------------------------
 // The choice of tile (cuda/linear.py: pick_tile, pick_wg_tile without split K): whole waves of blocks,
@@ -267,76 +390,65 @@ static int pick(const TileInfo* t, int n_tiles, int m, int n) {
 // ---------------------------------------------------------------------------------------------
 // GEMM launches: C[M, N] = epi(A[M, K] @ W + bias), W [K, N] as stored (mma, simt) or as planes (wgmma).
 
+// Path 2's GEMM with tile T: A's planes Ah [M, K] (scale *sa), W's Wh [K, N] (*sw), each plane's lo (fp32
+// mode) after its hi; into C, or into the planes Ch (scale *out_s) where Ch is set. Tiles [0, dp)
+// data-parallel with the epilogue; splits > 1: tiles [dp, tiles) split in K, their partials into st.partials
+// (ensure_partials made room), then the reduce applies the epilogue.
 template <class T>
-static void launch_mma(const float* A, const float* B, const float* bias, const float* R, float* C, int M, int N,
-                       int K, int epi) {
-    static bool attr = false;  // per instantiation
-    if (!attr) {
-        cudaFuncSetAttribute(solve_gemm_mma<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES);
-        attr = true;
-    }
-    const dim3 grid((unsigned)cdiv(M, T::BM), (unsigned)cdiv(N, T::BN));
-    solve_gemm_mma<T><<<grid, T::THREADS, T::SMEM_BYTES>>>(A, B, bias, R, C, M, N, K, epi);
-}
-
-template <int I = N_MMA_TILES - 1>
-static void dispatch_mma(int tile, const float* A, const float* B, const float* bias, const float* R, float* C,
-                         int M, int N, int K, int epi) {
-    if (tile == I) return launch_mma<typename MmaTile<I>::T>(A, B, bias, R, C, M, N, K, epi);
-    if constexpr (I > 0) dispatch_mma<I - 1>(tile, A, B, bias, R, C, M, N, K, epi);
-}
-
-// Tiles [0, dp) data-parallel with the epilogue; splits > 1: tiles [dp, tiles) split in K, their partials
-// into st.partials (ensure_partials made room), then the reduce applies the epilogue.
-template <class T>
-static void launch_vec(const float* A, const float* B, const float* bias, const float* R, float* C, int M, int N,
-                       int K, int epi, long long dp, int splits) {
+static void launch_f16(const half_bits* Ah, const half_bits* Wh, const float* sa, const float* sw, const float* bias,
+                       const float* R, float* C, half_bits* Ch, const float* out_s, int M, int N, int K, int epi,
+                       long long dp, int splits) {
+    const half_bits* Al = F16_PLANES == 2 ? Ah + (size_t)M * K : Ah;
+    const half_bits* Wl = F16_PLANES == 2 ? Wh + (size_t)K * N : Wh;
+    half_bits* Cl = F16_PLANES == 2 && Ch != nullptr ? Ch + (size_t)M * N : Ch;
     const long long tiles_m = cdiv(M, T::BM), tiles = tiles_m * cdiv(N, T::BN);
     if (dp > 0)
-        solve_gemm_vec<T><<<(unsigned)dp, T::THREADS, T::SMEM_BYTES>>>(A, B, bias, R, C, M, N, K, epi, 0, 1, nullptr);
+        solve_gemm_f16<T><<<(unsigned)dp, T::THREADS, T::SMEM_BYTES>>>(Ah, Al, Wh, Wl, sa, sw, bias, R, C, Ch, Cl, out_s,
+                                                                       M, N, K, epi, 0, 1, nullptr);
     if (splits == 1 || dp == tiles) return;
     const long long rem = tiles - dp;
-    solve_gemm_vec<T><<<(unsigned)(rem * splits), T::THREADS, T::SMEM_BYTES>>>(A, B, nullptr, nullptr, nullptr, M, N,
-                                                                             K, GEMM_EPI_NONE, (int)dp, splits,
-                                                                             st.partials);
-    solve_gemm_vec_reduce<<<(unsigned)cdiv(rem * T::BM * T::BN / 4, 256), 256>>>(
-        st.partials, splits, (int)dp, (int)rem, (int)tiles_m, T::BM, T::BN, bias, R, C, M, N, epi);
+    solve_gemm_f16<T><<<(unsigned)(rem * splits), T::THREADS, T::SMEM_BYTES>>>(
+        Ah, Al, Wh, Wl, sa, sw, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, M, N, K, GEMM_EPI_NONE, (int)dp,
+        splits, st.partials);
+    solve_gemm_f16_reduce<<<(unsigned)cdiv(rem * T::BM * T::BN / 2, 256), 256>>>(
+        st.partials, splits, (int)dp, (int)rem, (int)tiles_m, T::BM, T::BN, bias, R, C, Ch, Cl, out_s, M, N, epi);
 }
 
-template <int I = N_VEC_TILES - 1>
-static void dispatch_vec(int tile, const float* A, const float* B, const float* bias, const float* R, float* C,
-                         int M, int N, int K, int epi, long long dp, int splits) {
-    if (tile == I) return launch_vec<typename VecTile<I>::T>(A, B, bias, R, C, M, N, K, epi, dp, splits);
-    if constexpr (I > 0) dispatch_vec<I - 1>(tile, A, B, bias, R, C, M, N, K, epi, dp, splits);
+template <int I = N_F16_TILES - 1>
+static void dispatch_f16(int tile, const half_bits* Ah, const half_bits* Wh, const float* sa, const float* sw,
+                         const float* bias, const float* R, float* C, half_bits* Ch, const float* out_s, int M, int N,
+                         int K, int epi, long long dp, int splits) {
+    if (tile == I)
+        return launch_f16<typename F16Tile<I>::T>(Ah, Wh, sa, sw, bias, R, C, Ch, out_s, M, N, K, epi, dp, splits);
+    if constexpr (I > 0) dispatch_f16<I - 1>(tile, Ah, Wh, sa, sw, bias, R, C, Ch, out_s, M, N, K, epi, dp, splits);
 }
 
-// The vec tiles' infos, with the blocks an SM holds (the occupancy calculator, after the shared-memory
+// The f16 tiles' infos, with the blocks an SM holds (the occupancy calculator, after the shared-memory
 // opt-in: registers and shared memory differ by GPU). Called once.
-template <int I = N_VEC_TILES - 1>
-static void vec_infos(TileInfo* out) {
-    typedef typename VecTile<I>::T T;
-    out[I] = VecTile<I>::info();
+template <int I = N_F16_TILES - 1>
+static void f16_infos(TileInfo* out) {
+    typedef typename F16Tile<I>::T T;
+    out[I] = F16Tile<I>::info();
     int per_sm = 0;  // 0: this device cannot run the tile, which the choice skips
     if (T::SMEM_BYTES <= st.smem_optin &&
-        (cudaFuncSetAttribute(solve_gemm_vec<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES) !=
+        (cudaFuncSetAttribute(solve_gemm_f16<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES) !=
              cudaSuccess ||
-         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, solve_gemm_vec<T>, T::THREADS, T::SMEM_BYTES) !=
+         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, solve_gemm_f16<T>, T::THREADS, T::SMEM_BYTES) !=
              cudaSuccess))
         per_sm = 0;
     out[I].per_sm = per_sm;
-    if constexpr (I > 0) vec_infos<I - 1>(out);
+    if constexpr (I > 0) f16_infos<I - 1>(out);
 }
 
-// The vec tile and its schedule: waves of tiles (slots = SMs x blocks per SM), data-parallel; where all the
-// tiles fill less than one wave, each is split in K `splits` ways (at most SOLVE_VEC_SPLITK_MAX, each split
+// The f16 tile and its schedule: waves of tiles (slots = SMs x blocks per SM), data-parallel; where all the
+// tiles fill less than one wave, each is split in K `splits` ways (at most SOLVE_F16_SPLITK_MAX, each split
 // at least 4 k tiles, tiles x splits <= slots). Cost in waves of the tile's time (bm bn per_sm / speed):
-// 1.15 / splits where split (the partials' traffic, the reduce). Splitting only a last part-wave after
-// whole ones (launch_vec can) measured no faster on the H200 (docs/PERFORMANCE.md, version 40).
-// -> tile (or -1), dp (tiles done data-parallel), splits.
-static int pick_vec(const TileInfo* t, int m, int n, int k, long long* dp, int* splits) {
+// 1.15 / splits where split (the partials' traffic, the reduce). -> tile (or -1), dp (tiles done
+// data-parallel), splits.
+static int pick_f16(const TileInfo* t, int m, int n, int k, long long* dp, int* splits) {
     int best = -1;
     double best_cost = 0;
-    for (int i = 0; i < N_VEC_TILES; ++i) {
+    for (int i = 0; i < N_F16_TILES; ++i) {
         if ((int)t[i].smem > st.smem_optin || t[i].per_sm < 1) continue;
         const long long tiles = cdiv(m, t[i].bm) * cdiv(n, t[i].bn);
         const long long slots = (long long)st.sms * t[i].per_sm;
@@ -344,7 +456,7 @@ static int pick_vec(const TileInfo* t, int m, int n, int k, long long* dp, int* 
         int s = 1;
         double waves = (double)full + (rem ? 1.0 : 0.0);
         if (full == 0) {
-            const long long s_max = std::min<long long>({(long long)SOLVE_VEC_SPLITK_MAX, cdiv(k, 32) / 4, slots / rem});
+            const long long s_max = std::min<long long>({(long long)SOLVE_F16_SPLITK_MAX, cdiv(k, 32) / 4, slots / rem});
             if (s_max >= 2) s = (int)s_max, waves = 1.15 / s_max;
         }
         const double cost = waves * t[i].bm * t[i].bn * t[i].per_sm / t[i].speed;
@@ -387,6 +499,7 @@ static void dispatch_wg(int tile, const float* A, const float* P, const float* b
     if constexpr (I > 0) dispatch_wg<I - 1>(tile, A, P, bias, R, C, M, N, K, epi);
 }
 
+// Paths 3 and 1's GEMM: C = epi(A @ W + bias), W as planes P (wgmma) or as stored (SIMT).
 template <int EPI>
 static bool gemm(const float* A, const float* W, const float* P, const float* bias, const float* R, float* C, int M,
                  int N, int K, const char* what) {
@@ -397,34 +510,31 @@ static bool gemm(const float* A, const float* W, const float* P, const float* bi
         const int i = pick(t, N_WG_TILES, M, N);
         if (i < 0) return ok(cudaErrorInvalidConfiguration, what);
         dispatch_wg(i, A, P, bias, R, C, M, N, K, EPI);
-    } else if (st.path == PATH_MMA && K % 4 == 0 && N % 4 == 0 && aligned16(A) && aligned16(W)) {
-        // 16-byte fragment reads (gemm_mma_vec.cuh); else gemm_mma.cuh's general body, below
-        static TileInfo t[N_VEC_TILES];
-        static bool filled = false;
-        if (!filled) {
-            vec_infos(t);
-            cudaGetLastError();  // a tile this device cannot run: per_sm 0, skipped (not an error of this call)
-            filled = true;
-        }
-        long long dp = 0;
-        int splits = 1;
-        const int i = pick_vec(t, M, N, K, &dp, &splits);
-        if (i < 0) return ok(cudaErrorInvalidConfiguration, what);
-        if (splits > 1 &&
-            !ensure_partials((cdiv(M, t[i].bm) * cdiv(N, t[i].bn) - dp) * splits * t[i].bm * t[i].bn))
-            return false;
-        dispatch_vec(i, A, W, bias, R, C, M, N, K, EPI, dp, splits);
-    } else if (st.path == PATH_MMA) {
-        static TileInfo t[N_MMA_TILES];
-        static bool filled = false;
-        if (!filled) tile_infos<N_MMA_TILES - 1, MmaTile>(t), filled = true;
-        const int i = pick(t, N_MMA_TILES, M, N);
-        if (i < 0) return ok(cudaErrorInvalidConfiguration, what);
-        dispatch_mma(i, A, W, bias, R, C, M, N, K, EPI);
     } else {
         const dim3 grid((unsigned)cdiv(M, SIMT_BM), (unsigned)cdiv(N, SIMT_BN));
         solve_gemm_simt<<<grid, SIMT_THREADS>>>(A, W, bias, R, C, M, N, K, EPI);
     }
+    return launched(what);
+}
+
+// Path 2's GEMM: C (or the planes Ch, scale slot so) = epi(A @ W + bias), A's planes Ah with the scale slot sa,
+// W's Wh with sw.
+static bool gemm_f16(const half_bits* Ah, int sa, const half_bits* Wh, int sw, const float* bias, const float* R,
+                     float* C, half_bits* Ch, int so, int M, int N, int K, int epi, const char* what) {
+    static TileInfo t[N_F16_TILES];
+    static bool filled = false;
+    if (!filled) {
+        f16_infos(t);
+        cudaGetLastError();  // a tile this device cannot run: per_sm 0, skipped (not an error of this call)
+        filled = true;
+    }
+    long long dp = 0;
+    int splits = 1;
+    const int i = pick_f16(t, M, N, K, &dp, &splits);
+    if (i < 0) return ok(cudaErrorInvalidConfiguration, what);
+    if (splits > 1 && !ensure_partials((cdiv(M, t[i].bm) * cdiv(N, t[i].bn) - dp) * splits * t[i].bm * t[i].bn))
+        return false;
+    dispatch_f16(i, Ah, Wh, st.scales + sa, st.scales + sw, bias, R, C, Ch, st.scales + so, M, N, K, epi, dp, splits);
     return launched(what);
 }
 
@@ -480,14 +590,27 @@ static void wg_split_plan(int s, int& chunk, int& splits) {
     chunk = p.chunk, splits = p.splits;
 }
 
-// The mma.sync kernels: 64-query tiles of KT key tiles; split where KT is 8 to 32 (tf32x3f only, without a
-// mask): at most four splits of at least 4 key tiles.
-static void mma_split_plan(int s, int& chunk, int& splits) {
+// Path 2's attention (attention_f16.cuh): 64-query blocks of KT key tiles, split in z = 1 .. 4 parts of at
+// least 2 key tiles, the z of the least estimated time: waves of blocks (slots: SMs x the blocks an SM holds,
+// from the occupancy calculator) x (the key tiles of a split, + 1 for the partial and combine when split).
+static void f16_split_plan(int s, int& chunk, int& splits) {
+    static long long slots = 0;
+    if (slots == 0) {
+        int per_sm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, solve_attention_f16, AttnF16<F16_PLANES>::THREADS,
+                                                          AttnF16<F16_PLANES>::SMEM_BYTES) != cudaSuccess)
+            cudaGetLastError(), per_sm = 1;
+        slots = (long long)st.sms * std::max(per_sm, 1);
+    }
     const int kt = (int)cdiv(s, 64);
+    const long long blocks = cdiv(s, 64) * H;
+    long long best = -1;
     chunk = 0, splits = 1;
-    if (kt < 8 || kt > 32 || PASSES != 3) return;
-    chunk = (int)cdiv(kt, 4) > 4 ? (int)cdiv(kt, 4) : 4;
-    splits = (int)cdiv(kt, chunk);
+    for (int z = 1; z <= 4 && (z == 1 || kt / z >= 2); ++z) {
+        const int ch = (int)cdiv(kt, z), ns = (int)cdiv(kt, ch);
+        const long long cost = cdiv(blocks * ns, slots) * (ch + (ns > 1));
+        if (best < 0 || cost < best) best = cost, chunk = ns > 1 ? ch : 0, splits = ns;
+    }
 }
 
 static bool ensure_split_scratch(long long slots, long long tiles) {
@@ -508,6 +631,7 @@ static bool ensure_split_scratch(long long slots, long long tiles) {
     return true;
 }
 
+// Paths 3 and 1's attention.
 static bool attention(int S) {
     const float* q = st.qkv;
     const float* k = st.qkv + D;
@@ -541,24 +665,21 @@ static bool attention(int S) {
         return launched("attention (wgmma)");
     }
     const dim3 grid1((unsigned)cdiv(S, 64), H);
-    // (the tf32x3f kernel's 100 KB of shared memory exceed what sm_86 / sm_89 give a block: FFMA there)
-    if (st.path == PATH_MMA && (PASSES == 1 || st.smem_optin >= ATTN_MMA_F_SMEM_BYTES)) {
-        int chunk = 0, splits = 1;
-        mma_split_plan(S, chunk, splits);
-        const unsigned smem = PASSES == 3 ? ATTN_MMA_F_SMEM_BYTES : ATTN_MMA_SMEM_BYTES;
-        if (chunk) {
-            if (!ensure_split_scratch((long long)grid1.x * H * splits, (long long)grid1.x * H)) return false;
-            attention_prefill_split_tf32x3f<<<dim3(grid1.x, H, splits), 128, smem>>>(
-                q, 3 * D, k, v, 3 * D, st.att, D, S, S, 0, 0, chunk, st.part_o, st.part_ml, st.counters);
-        } else if (PASSES == 3) {
-            attention_prefill_tf32x3f<<<grid1, 128, smem>>>(q, 3 * D, k, v, 3 * D, st.att, D, S, S, 0, 0);
-        } else {
-            attention_prefill_tf32<<<grid1, 128, smem>>>(q, 3 * D, k, v, 3 * D, st.att, D, S, S, 0, 0);
-        }
-        return launched("attention (mma.sync)");
-    }
     attention_prefill_f32<<<grid1, 256, ATTN_F32_SMEM_BYTES>>>(q, 3 * D, k, v, 3 * D, st.att, D, S, S, 0, 0);
     return launched("attention (fp32)");
+}
+
+static bool attention_f16(int S) {
+    int chunk = 0, splits = 1;
+    f16_split_plan(S, chunk, splits);
+    const long long tiles = cdiv(S, 64) * H;
+    if (chunk && !ensure_split_scratch(tiles * splits, tiles)) return false;
+    solve_attention_f16<<<dim3((unsigned)cdiv(S, 64), H, splits), AttnF16<F16_PLANES>::THREADS,
+                          AttnF16<F16_PLANES>::SMEM_BYTES>>>(st.qkvp, st.scales + SC_QKV, st.att, S, chunk,
+                                                             chunk ? st.part_o : nullptr,
+                                                             chunk ? st.part_ml : nullptr,
+                                                             chunk ? st.counters : nullptr);
+    return launched("attention (fp16 planes)");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -605,11 +726,18 @@ static bool setup() {
         else
             cudaFuncSetAttribute(attention_wg_tf32, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     } else if (path == PATH_MMA) {
-        cudaFuncSetAttribute(attention_prefill_tf32x3f, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             ATTN_MMA_F_SMEM_BYTES);
-        cudaFuncSetAttribute(attention_prefill_split_tf32x3f, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             ATTN_MMA_F_SMEM_BYTES);
-        cudaFuncSetAttribute(attention_prefill_tf32, cudaFuncAttributeMaxDynamicSharedMemorySize, ATTN_MMA_SMEM_BYTES);
+        cudaFuncSetAttribute(solve_attention_f16, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             AttnF16<F16_PLANES>::SMEM_BYTES);
+        const size_t halves = (size_t)F16_PLANES * 12 * D * D;  // the four matrices' planes
+        if (!ok(cudaMalloc(&st.wp, sizeof(half_bits) * halves), "cudaMalloc of the weight planes") ||
+            !ok(cudaMalloc(&st.amax, sizeof(unsigned) * AMAX_SLOTS + sizeof(float) * SC_SLOTS), "cudaMalloc") ||
+            !ok(cudaStreamCreateWithFlags(&st.side, cudaStreamNonBlocking), "cudaStreamCreate") ||
+            !ok(cudaEventCreateWithFlags(&st.fork, cudaEventDisableTiming), "cudaEventCreate") ||
+            !ok(cudaEventCreateWithFlags(&st.fork2, cudaEventDisableTiming), "cudaEventCreate"))
+            return false;
+        st.scales = reinterpret_cast<float*>(st.amax + AMAX_SLOTS);
+        for (auto& e : st.ready)
+            if (!ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate")) return false;
     }
     cudaFuncSetAttribute(attention_prefill_f32, cudaFuncAttributeMaxDynamicSharedMemorySize, ATTN_F32_SMEM_BYTES);
     if (!ok(cudaGetLastError(), "setting the kernels' shared memory")) return false;
@@ -621,15 +749,25 @@ static bool setup() {
 static bool ensure_workspace(int rows) {
     if (rows <= st.rows) return true;
     cudaDeviceSynchronize();  // queued work may still use the old one
-    cudaFree(st.h);           // one allocation holds all four; cudaFree(nullptr) is a no-op
+    cudaFree(st.h);           // one allocation holds all four (and path 2's planes); cudaFree(nullptr): a no-op
     st.h = st.qkv = st.att = st.f = nullptr;
+    st.hp = st.qkvp = st.ap = st.fp = nullptr;
     st.rows = 0;
+    const size_t floats = (size_t)rows * 9 * D;
+    const size_t halves = st.path == PATH_MMA ? (size_t)F16_PLANES * rows * 9 * D : 0;
     float* base = nullptr;
-    if (!ok(cudaMalloc(&base, sizeof(float) * (size_t)rows * 9 * D), "cudaMalloc of the workspace")) return false;
+    if (!ok(cudaMalloc(&base, sizeof(float) * floats + sizeof(half_bits) * halves), "cudaMalloc of the workspace"))
+        return false;
     st.h = base;
     st.qkv = st.h + (size_t)rows * D;
     st.att = st.qkv + (size_t)rows * 3 * D;
     st.f = st.att + (size_t)rows * D;
+    if (halves) {
+        st.hp = reinterpret_cast<half_bits*>(base + floats);
+        st.qkvp = st.hp + (size_t)F16_PLANES * rows * D;
+        st.ap = st.qkvp + (size_t)F16_PLANES * rows * 3 * D;
+        st.fp = st.ap + (size_t)F16_PLANES * rows * D;
+    }
     st.rows = rows;
     return true;
 }
@@ -657,6 +795,78 @@ static bool make_planes(const float* w, int i) {
     return launched("weight planes") && ok(cudaEventRecord(st.ready[i], st.side), "cudaEventRecord");
 }
 
+// Path 2: matrix i's planes (hi, then lo in fp32 mode) in st.wp.
+static half_bits* wplanes_of(int i) {
+    half_bits* p = st.wp;
+    for (int j = 0; j < i; ++j) p += (size_t)F16_PLANES * MAT_K[j] * MAT_N[j];
+    return p;
+}
+
+// X [rows, cols] fp32 -> its planes from hi (lo after hi) with the scale slot `slot`, on stream s.
+static bool planes(const float* X, half_bits* hi, long long rows, int cols, int slot, cudaStream_t s,
+                   const char* what) {
+    const unsigned blocks = (unsigned)cdiv(rows * cols / 4, 256);  // a float4 a thread
+    solve_planes<<<blocks, 256, 0, s>>>(X, hi, F16_PLANES == 2 ? hi + rows * cols : hi, rows, cols, st.scales, slot);
+    return launched(what);
+}
+
+// LayerNorm of x [rows, D] to the planes from hi (path 2).
+static bool layernorm_planes(const float* x, const float* g, const float* b, half_bits* hi, int rows,
+                             const char* what) {
+    solve_layernorm_planes<<<(unsigned)cdiv(rows, LN_WARPS), 32 * LN_WARPS>>>(
+        x, g, b, hi, F16_PLANES == 2 ? hi + (size_t)rows * D : hi, rows);
+    return launched(what);
+}
+
+// On the side stream: amax group g (0: W_qkv, ln_1's parameters, b_qkv; 1: the rest) and its scales.
+static bool amax_group(const float* w, int g) {
+    const int first = g ? AMAX_GROUP1 : 0, n = g ? AMAX_SLOTS - AMAX_GROUP1 : AMAX_GROUP1;
+    solve_planes_amax<<<dim3(4 * st.sms, n), 256, 0, st.side>>>(w, st.amax, first);
+    if (!launched("amax of the weights")) return false;
+    solve_planes_scales<<<1, 1, 0, st.side>>>(st.amax, st.scales, g);
+    return launched("the planes' scales");
+}
+
+// On the side stream: matrix i's planes, then its event.
+static bool weight_planes(const float* w, int i) {
+    return planes(w + MAT_OFF[i], wplanes_of(i), MAT_K[i], MAT_N[i], SC_W + i, st.side, "weight planes") &&
+           ok(cudaEventRecord(st.ready[i], st.side), "cudaEventRecord");
+}
+
+// Path 2's block (the file's header): the weights' amax, scales and planes on the side stream (group 0 and
+// W_qkv's beside the first LayerNorm, the rest once the QKV GEMM is queued, beside attention), the block on
+// the legacy default stream.
+static void solve_mma(const float* x, float* output, const float* w, int S) {
+    if (!ok(cudaEventRecord(st.fork, 0), "cudaEventRecord") ||
+        !ok(cudaStreamWaitEvent(st.side, st.fork, 0), "cudaStreamWaitEvent") ||
+        !ok(cudaMemsetAsync(st.amax, 0, sizeof(unsigned) * AMAX_SLOTS, st.side), "cudaMemsetAsync") ||
+        !amax_group(w, 0) || !weight_planes(w, 0))
+        return;
+    if (!layernorm_planes(x, w + O_LN1_G, w + O_LN1_B, st.hp, S, "layernorm ln_1") ||
+        !ok(cudaStreamWaitEvent(0, st.ready[0], 0), "cudaStreamWaitEvent") ||
+        !gemm_f16(st.hp, SC_H1, wplanes_of(0), SC_W + 0, w + O_B_QKV, nullptr, nullptr, st.qkvp, SC_QKV, S, 3 * D,
+                  D, GEMM_EPI_BIAS, "gemm qkv"))
+        return;
+    if (!ok(cudaEventRecord(st.fork2, 0), "cudaEventRecord") ||
+        !ok(cudaStreamWaitEvent(st.side, st.fork2, 0), "cudaStreamWaitEvent") || !amax_group(w, 1))
+        return;
+    for (int i = 1; i < 4; ++i)
+        if (!weight_planes(w, i)) return;
+    if (!attention_f16(S) || !ok(cudaStreamWaitEvent(0, st.ready[1], 0), "cudaStreamWaitEvent") ||
+        !planes(st.att, st.ap, S, D, SC_QKV, 0, "planes of attention") ||
+        !gemm_f16(st.ap, SC_QKV, wplanes_of(1), SC_W + 1, w + O_B_ATTN, x, output, nullptr, 0, S, D, D,
+                  GEMM_EPI_RESIDUAL, "gemm attn proj + residual"))
+        return;
+    if (!layernorm_planes(output, w + O_LN2_G, w + O_LN2_B, st.hp, S, "layernorm ln_2") ||
+        !ok(cudaStreamWaitEvent(0, st.ready[2], 0), "cudaStreamWaitEvent") ||
+        !gemm_f16(st.hp, SC_H2, wplanes_of(2), SC_W + 2, w + O_B_FC, nullptr, nullptr, st.fp, SC_F, S, 4 * D, D,
+                  GEMM_EPI_GELU, "gemm fc + gelu") ||
+        !ok(cudaStreamWaitEvent(0, st.ready[3], 0), "cudaStreamWaitEvent"))
+        return;
+    gemm_f16(st.fp, SC_F, wplanes_of(3), SC_W + 3, w + O_B_PROJ, output, output, nullptr, 0, S, D, 4 * D,
+             GEMM_EPI_RESIDUAL, "gemm mlp proj + residual");
+}
+
 }  // namespace gpt2block_solve
 
 extern "C" void solve(const float* x, float* output, const float* weights, int seq_len) {
@@ -674,6 +884,7 @@ extern "C" void solve(const float* x, float* output, const float* weights, int s
         return;
     }
     if (!setup() || !ensure_workspace(seq_len)) return;
+    if (st.path == PATH_MMA) return solve_mma(x, output, weights, seq_len);
     const float* w = weights;
     const int S = seq_len;
     const bool wg = st.path == PATH_WGMMA;

@@ -277,16 +277,15 @@ def sampler() -> tuple:
 GEMM_TILES = ((128, 128, 2, 4, 1, 1.0),  # warp tile 64 x 32
               (128, 64, 4, 2, 1, 0.9),  # warp tile 32 x 32
               (64, 64, 2, 2, 3, 0.8))  # warp tile 32 x 32, 128 threads
-# gemm_mma_vec.cuh's tiles per variant (the export's mma.sync path where the operands allow 16-byte reads):
-# (bm, bn, warps_m, warps_n, stages, speed): relative throughput per SM of a wave (the blocks an SM holds come
-# from the occupancy calculator at run time; on the H200 tf32x3 2 / 1, tf32 2 / 2 / 2), from the H200's
-# fastest tiles on the block's four products at seq_len 1024 (dev/tune_gemm_mma.py; docs/PERFORMANCE.md,
-# version 40)
-VEC_TILE_TABLE = {
-    "tf32x3": ((64, 128, 1, 4, 4, 1.6), (128, 64, 4, 2, 4, 1.0)),
-    "tf32": ((64, 128, 1, 4, 4, 1.0), (128, 64, 4, 2, 4, 1.0), (128, 96, 2, 3, 3, 1.2)),
+# gemm_mma_f16.cuh's tiles per export precision (the export's mma.sync path): (bm, bn, warps_m, warps_n,
+# stages, speed): relative throughput per SM of a wave (the blocks an SM holds come from the occupancy
+# calculator at run time), from the H200's fastest tiles on the block's four products at seq_len 1024
+# (dev/tune_gemm_mma.py variant 03; docs/PERFORMANCE.md, version 41)
+F16_TILE_TABLE = {
+    "fp32": ((64, 128, 1, 4, 4, 1.0), (64, 64, 1, 2, 4, 0.74)),
+    "tf32": ((64, 128, 2, 2, 4, 1.0), (128, 64, 2, 2, 4, 0.95)),
 }
-VEC_SPLITK_MAX = 8  # the export's split K on the mma.sync path, for GEMMs of less than a wave (solve.cu: pick_vec)
+F16_SPLITK_MAX = 8  # the export's split K on the mma.sync path, for GEMMs of less than a wave (solve.cu: pick_f16)
 # gemm_wgmma.cu's tiles per variant (cuda/linear.WG_TILES, and the export's sm_90a path): (wg, bn, speed,
 # splitk); the measurements behind the speeds: cuda/linear.py, above WG_TILES
 WG_TILE_TABLE = {
@@ -299,26 +298,21 @@ SOLVE_PRECISIONS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32")}  # 
 
 def solve(precision: str = "fp32") -> tuple:
     """kernels/solve.cu, the one-file export (gpt2block export-cuda) of one precision: the GEMM variant
-    (SOLVE_TF32X3 1: tf32x3 GEMMs and tf32x3f attention, fp32-level accuracy; 0: one TF32 pass), gemm.cu's
-    tiles for the mma.sync path (SOLVE_MMA_TILES: SOLVE_MMA_TILE(index, bm, bn, warps_m, warps_n, per_sm,
-    speed) each) and gemm_mma_vec.cuh's, taken where the operands allow (SOLVE_VEC_TILES:
-    SOLVE_VEC_TILE(index, bm, bn, warps_m, warps_n, stages, speed) each), gemm_wgmma.cu's tiles for the sm_90a path without split K (SOLVE_WG_TILES:
-    SOLVE_WG_TILE(index, wg, bn, stages, speed) each), attention (prefill kernels: clusters of one) and
-    LayerNorm (768 wide)."""
+    (SOLVE_TF32X3 1: fp32-level accuracy: tf32x3 wgmma GEMMs, three fp16 products on the mma.sync path,
+    tf32x3f attention; 0: TF32-level), gemm_mma_f16.cuh's tiles for the mma.sync path (SOLVE_F16_TILES:
+    SOLVE_F16_TILE(index, bm, bn, warps_m, warps_n, stages, speed) each) and its most K splits,
+    gemm_wgmma.cu's tiles for the sm_90a path without split K (SOLVE_WG_TILES: SOLVE_WG_TILE(index, wg, bn,
+    stages, speed) each), attention (prefill kernels: clusters of one) and LayerNorm (768 wide)."""
     if precision not in SOLVE_PRECISIONS:
         raise ValueError(f"the export's precision is one of {', '.join(SOLVE_PRECISIONS)}; got {precision!r}")
     variant = SOLVE_PRECISIONS[precision][0]
     # (no spaces: one shell word on an nvcc command line, where nvcc_define escapes the commas)
-    mma = "".join(f"SOLVE_MMA_TILE({i},{bm},{bn},{wm},{wn},{per_sm},{speed}f)"
-                  for i, (bm, bn, wm, wn, per_sm, speed) in enumerate(GEMM_TILES))
-    vec = "".join(f"SOLVE_VEC_TILE({i},{bm},{bn},{wm},{wn},{stages},{speed}f)"
-                  for i, (bm, bn, wm, wn, stages, speed) in enumerate(VEC_TILE_TABLE[variant]))
+    f16 = "".join(f"SOLVE_F16_TILE({i},{bm},{bn},{wm},{wn},{stages},{speed}f)"
+                  for i, (bm, bn, wm, wn, stages, speed) in enumerate(F16_TILE_TABLE[precision]))
     wg = "".join(f"SOLVE_WG_TILE({i},{w},{bn},{gw_stages(variant, w, bn)},{speed}f)"
                  for i, (w, bn, speed, _) in enumerate(t for t in WG_TILE_TABLE[variant] if t[3] == 1))
-    return ((("SOLVE_TF32X3", int(variant == "tf32x3")), ("SOLVE_MMA_TILES", mma), ("SOLVE_VEC_TILES", vec),
-             ("SOLVE_VEC_SPLITK_MAX", VEC_SPLITK_MAX),
-             ("SOLVE_WG_TILES", wg),
-             ("GEMM_BK", GEMM_BK), ("GEMM_STAGES", GEMM_STAGES), ("GW_PLANES_N", GW_PLANES_N))
+    return ((("SOLVE_TF32X3", int(variant == "tf32x3")), ("SOLVE_F16_TILES", f16),
+             ("SOLVE_F16_SPLITK_MAX", F16_SPLITK_MAX), ("SOLVE_WG_TILES", wg), ("GW_PLANES_N", GW_PLANES_N))
             + _variant(variant) + attention(1) + attention_wgmma() + layernorm(768))
 
 
