@@ -40,7 +40,8 @@ SHAPES = {"qkv": (2304, 768), "attn_proj": (768, 768), "fc": (3072, 768), "mlp_p
 TILES = {
     "01": [(128, 128, 2, 4, 3), (128, 64, 4, 2, 3), (64, 64, 2, 2, 3)],
     "03": [(128, 128, 2, 4, 3), (128, 128, 2, 4, 4), (128, 64, 2, 2, 4), (64, 128, 1, 4, 4), (64, 128, 2, 2, 4),
-           (128, 192, 2, 4, 3), (64, 64, 1, 2, 4), (128, 128, 2, 2, 3), (256, 128, 4, 2, 3), (128, 256, 2, 4, 3)],
+           (128, 192, 2, 4, 3), (64, 64, 1, 2, 4), (128, 128, 2, 2, 3), (256, 128, 4, 2, 3), (128, 256, 2, 4, 3),
+           (64, 128, 2, 4, 4), (64, 128, 2, 4, 3), (64, 64, 2, 2, 4), (128, 128, 4, 4, 3), (128, 64, 4, 2, 4)],
 }
 QUICK = {"01": TILES["01"][:1], "03": TILES["03"][:3]}
 
@@ -71,7 +72,7 @@ def source(variant: str, tile: tuple) -> tuple[str, tuple, int, str]:
                      "nullptr, M, N, K, GEMM_EPI_BIAS, 0, 1, nullptr); }\n")
         code += ('extern "C" __global__ void h_planes(const float* X, int ld, unsigned short* hi, unsigned short* lo, '
                  "long long rows, int cols, const float* s, int planes) "
-                 "{ gemm_f16_planes(X, ld, hi, lo, rows, cols, s, planes); }\n")
+                 "{ gemm_f16_planes(X, ld, hi, lo, rows, cols, *s, planes); }\n")
         smem = {prec: stages * planes * (bm * 32 + 32 * bn) * 2 for prec, planes in (("tf32x3", 2), ("tf32", 1))}
         return code, ("--std=c++17",), smem, "h"
     raise ValueError(f"unknown variant {variant!r}")

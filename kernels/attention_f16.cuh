@@ -7,7 +7,8 @@
 // at PLANES 2, one scale s for all of qkv). PLANES 2 (fp32 mode): q.k and p.v each as three products, Ah Bh a
 // k16 step at a time summed from zero and added by FADDs, the two lo products accumulated in the tensor
 // core (gemm_mma_f16.cuh's header); the softmax weights p (in [0, 1], no scale) split into hi and lo in
-// registers. PLANES 1 (tf32 mode): one product, sums in the tensor core.
+// registers. PLANES 1 (tf32 mode): one product, sums in the tensor core. The output goes to its planes
+// (the attention projection's A) with qkv's scale.
 // Shapes: a block is 64 queries (4 warps, warp w rows 16w .. 16w + 15) of one head (blockIdx.y); its Q planes
 // stay in shared memory, K and V tiles of 64 keys stream through two cp.async stages. Each 64 x 64 tile of
 // a plane is [64 rows][64 halves], 16-byte chunk c of row r at r * 128 + (c ^ (r & 7)) * 16 bytes (ldmatrix
@@ -44,10 +45,13 @@ __device__ __forceinline__ void attn_f16_load(char* tile, const unsigned short* 
 }
 
 // Query tile qt of head blockIdx.y over the keys of split blockIdx.z (split.chunk 0: all). qkv: planes
-// [S][3D] (q at columns 0.., k at D.., v at 2D..), lo at qkv + S 3D; *s_qkv their scale; out [S][D] fp32.
+// [S][3D] (q at columns 0.., k at D.., v at 2D..), lo at qkv + S 3D; *s_qkv their scale. The output
+// (attention's [S][D]) goes to its planes out_h, out_l (lo at PLANES 2) with the same scale: it is a mean of
+// v rows, so the bound on |v| holds for it.
 template <int PL>
 __device__ __forceinline__ void attn_f16_body(const unsigned short* __restrict__ qkv, const float* __restrict__ s_qkv,
-                                              float* __restrict__ out, int D, int S, int qt, AttnSplit split) {
+                                              unsigned short* out_h, unsigned short* out_l, int D, int S, int qt,
+                                              AttnSplit split) {
     typedef AttnF16<PL> A;
     extern __shared__ float4 attn_f16_smem4[];
     char* const sm = reinterpret_cast<char*>(attn_f16_smem4);
@@ -223,6 +227,14 @@ __device__ __forceinline__ void attn_f16_body(const unsigned short* __restrict__
         l[hf] += __shfl_xor_sync(0xffffffffu, l[hf], 1);
         l[hf] += __shfl_xor_sync(0xffffffffu, l[hf], 2);
     }
+    // the pair of outputs (row, dims col0 + 8j + 2t, + 1) to the planes
+    auto store = [&](int row, int j, const float2& v) {
+        unsigned hi, lo;
+        f16_split2(v.x, v.y, sc, PL, hi, lo);
+        const long long at = (long long)row * D + col0 + 8 * j + 2 * t;
+        *reinterpret_cast<unsigned*>(out_h + at) = hi;
+        if (PL == 2) *reinterpret_cast<unsigned*>(out_l + at) = lo;
+    };
     const int r0 = q0 + warp * 16 + g;
     if (nsplit == 1) {
 #pragma unroll
@@ -230,10 +242,8 @@ __device__ __forceinline__ void attn_f16_body(const unsigned short* __restrict__
             const int row = r0 + 8 * hf;
             if (row < S) {
                 const float inv = 1.0f / l[hf];
-                float* orow = out + (size_t)row * D + col0 + 2 * t;
 #pragma unroll
-                for (int j = 0; j < 8; ++j)
-                    *reinterpret_cast<float2*>(orow + 8 * j) = make_float2(o[j][2 * hf] * inv, o[j][2 * hf + 1] * inv);
+                for (int j = 0; j < 8; ++j) store(row, j, make_float2(o[j][2 * hf] * inv, o[j][2 * hf + 1] * inv));
             }
         }
         return;
@@ -262,6 +272,6 @@ __device__ __forceinline__ void attn_f16_body(const unsigned short* __restrict__
     __syncthreads();
     if (!attn_f16_is_last) return;
     __threadfence();
-    attn_split_combine(split, slot0, nsplit, out, D, col0, q0, S, warp * 16 + g, t);
+    attn_split_combine_to(split, slot0, nsplit, q0, S, warp * 16 + g, t, store);
     if (threadIdx.x == 0) split.counters[tile] = 0;
 }

@@ -21,11 +21,12 @@ __device__ __forceinline__ int attn_keys_needed(int q0, int s_q, int s_kv, int q
     return min(s_kv, q_start + last_q + 1);
 }
 
-// The last split of a 64-query tile to finish: out rows q0 + rl, rl = r_base and r_base + 8 (this
-// thread's two rows), dims 8j + 2t, + 1 (j = 0..7) of head columns col0.., from the nsplit partials
-// at slots slot0 .. slot0 + nsplit - 1, added in split order.
-__device__ __forceinline__ void attn_split_combine(const AttnSplit& split, long long slot0, int nsplit, float* out,
-                                                   int D, int col0, int q0, int s_q, int r_base, int t) {
+// The last split of a 64-query tile to finish: rows q0 + rl, rl = r_base and r_base + 8 (this thread's two
+// rows), dims 8j + 2t, + 1 (j = 0..7), from the nsplit partials at slots slot0 .. slot0 + nsplit - 1, added in
+// split order; each pair of outputs handed to store(row, j, v) (dims 8j + 2t, 8j + 2t + 1).
+template <class Store>
+__device__ __forceinline__ void attn_split_combine_to(const AttnSplit& split, long long slot0, int nsplit, int q0,
+                                                      int s_q, int r_base, int t, Store store) {
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
         const int rl = r_base + 8 * hf, row = q0 + rl;
@@ -49,9 +50,15 @@ __device__ __forceinline__ void attn_split_combine(const AttnSplit& split, long 
             }
         }
         const float inv = 1.0f / lt;
-        float* orow = out + (size_t)row * D + col0 + 2 * t;
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-            *reinterpret_cast<float2*>(orow + 8 * j) = make_float2(acc[2 * j] * inv, acc[2 * j + 1] * inv);
+        for (int j = 0; j < 8; ++j) store(row, j, make_float2(acc[2 * j] * inv, acc[2 * j + 1] * inv));
     }
+}
+
+// The same into out [s_q][D] (fp32), head columns col0 ...
+__device__ __forceinline__ void attn_split_combine(const AttnSplit& split, long long slot0, int nsplit, float* out,
+                                                   int D, int col0, int q0, int s_q, int r_base, int t) {
+    attn_split_combine_to(split, slot0, nsplit, q0, s_q, r_base, t, [&](int row, int j, const float2& v) {
+        *reinterpret_cast<float2*>(out + (size_t)row * D + col0 + 2 * t + 8 * j) = v;
+    });
 }

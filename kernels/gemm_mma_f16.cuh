@@ -128,11 +128,10 @@ __device__ __forceinline__ void mma_f16_16x8x16_zero(float (&d)[4], const unsign
 // Planes from fp32, and the epilogue's stores.
 
 // X [rows, cols] fp32 (row stride ld floats, 16-byte aligned rows) -> hi [rows, cols] and, where planes == 2,
-// lo [rows, cols], with the scale *s. cols % 4 == 0. A grid-stride loop, four values a thread a step.
+// lo [rows, cols], with the scale sc. cols % 4 == 0. A grid-stride loop, four values a thread a step.
 __device__ __forceinline__ void gemm_f16_planes(const float* __restrict__ X, int ld, unsigned short* __restrict__ hi,
-                                                unsigned short* __restrict__ lo, long long rows, int cols,
-                                                const float* __restrict__ s, int planes) {
-    const float sc = *s;
+                                                unsigned short* __restrict__ lo, long long rows, int cols, float sc,
+                                                int planes) {
     const int c4 = cols >> 2;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < rows * c4;
          i += (long long)gridDim.x * blockDim.x) {

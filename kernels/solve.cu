@@ -27,11 +27,11 @@
 //      three products for fp32 accuracy, one for TF32's), each GEMM on the tile with the least estimated
 //      time; the weights' planes remade by every call on a second stream (W_qkv's beside the first
 //      LayerNorm, the others beside attention), after the largest |value| of each matrix, LayerNorm
-//      parameter and bias (solve_planes_amax) gives every operand's scale (solve_planes_scales: from bounds
-//      on the activations, so that no plane overflows); the activations' planes from the LayerNorms
-//      (solve_layernorm_planes), the QKV and FC GEMMs' epilogues and attention's fp32 output
-//      (solve_planes); attention on the qkv planes, flash style on the same fp16 tensor cores
-//      (attention_f16.cuh, three products in fp32 mode) with a split-key plan;
+//      parameter and bias (solve_planes_amax) gives every operand's scale (planes_scales: from bounds on
+//      the activations, so that no plane overflows); the activations' planes from the LayerNorms
+//      (solve_layernorm_planes), the QKV and FC GEMMs' epilogues and attention; attention on the qkv
+//      planes, flash style on the same fp16 tensor cores (attention_f16.cuh, three products in fp32 mode)
+//      with a split-key plan;
 //   1  older targets (sm_75, the T4: no cp.async, no TF32 tensor cores): FFMA in fp32 throughout
 //      (gemm_simt.cuh, attention_prefill_f32), in both precisions.
 // The host cannot see __CUDA_ARCH__, and a fat binary or a PTX build (compute_75 PTX JIT-compiled for a
@@ -40,7 +40,7 @@
 // compilation, so the host launches only that path's kernels; the other paths' kernels are compiled with
 // empty bodies (or traps) there and are never launched.
 //
-// The scratch (h, qkv, a, f: 9 x seq_len x 768 floats; on the mma.sync path the activations' planes,
+// The scratch (h, qkv, a, f: 9 x seq_len x 768 floats; on the mma.sync path instead the activations' planes,
 // 2 x 9 x seq_len x 768 halves in fp32 mode, and split K's partial tiles, at most a wave of them; the wgmma
 // path's attention planes and every path's split-key partials) is allocated at the first call and regrown
 // only when a longer seq_len arrives; the weight planes (wgmma: 2 x 7.1M floats in fp32 mode; mma.sync:
@@ -102,7 +102,7 @@ constexpr int PATH_SIMT = 1, PATH_MMA = 2, PATH_WGMMA = 3;
 typedef unsigned short half_bits;  // an fp16 plane's element
 
 // The mma.sync path's amax slots (solve_planes_amax: max |value| of each, as float bits; two groups, the
-// first what W_qkv's planes and the first GEMM need) and scale slots (solve_planes_scales).
+// first what W_qkv's planes and the first GEMM need) and scale slots (planes_scales).
 enum : int {
     AMAX_W_QKV, AMAX_LN1_G, AMAX_LN1_B, AMAX_B_QKV,                        // group 0
     AMAX_W_ATTN, AMAX_W_FC, AMAX_W_PROJ, AMAX_LN2_G, AMAX_LN2_B, AMAX_B_FC,  // group 1
@@ -146,18 +146,11 @@ __global__ void __launch_bounds__(256)
 
 // Path 2's attention (attention_f16.cuh): query tile blockIdx.x, head blockIdx.y, key split blockIdx.z.
 __global__ void __launch_bounds__(AttnF16<F16_PLANES>::THREADS)
-    solve_attention_f16(const half_bits* qkv, const float* s_qkv, float* out, int S, int chunk, float* part_o,
-                        float* part_ml, int* counters) {
+    solve_attention_f16(const half_bits* qkv, const float* s_qkv, half_bits* out_h, half_bits* out_l, int S,
+                        int chunk, float* part_o, float* part_ml, int* counters) {
 #if SOLVE_CODE_PATH == 2
-    attn_f16_body<F16_PLANES>(qkv, s_qkv, out, D, S, blockIdx.x, AttnSplit{chunk, part_o, part_ml, counters});
-#endif
-}
-
-// X [rows, cols] fp32 -> its planes with the scale scales[slot] (gemm_mma_f16.cuh: gemm_f16_planes).
-__global__ void __launch_bounds__(256) solve_planes(const float* __restrict__ X, half_bits* hi, half_bits* lo,
-                                                    long long rows, int cols, const float* scales, int slot) {
-#if SOLVE_CODE_PATH == 2
-    gemm_f16_planes(X, cols, hi, lo, rows, cols, scales + slot, F16_PLANES);
+    attn_f16_body<F16_PLANES>(qkv, s_qkv, out_h, out_l, D, S, blockIdx.x,
+                              AttnSplit{chunk, part_o, part_ml, counters});
 #endif
 }
 
@@ -201,7 +194,7 @@ __device__ __forceinline__ float planes_scale_of(float bound) {
 }
 
 // A LayerNorm output's scale from max|g| and max|b|: |ln(x)_j| <= sqrt(D) max|g| + max|b| (the normalized
-// row's norm is below sqrt(D)). solve_planes_scales and solve_layernorm_planes both use it: the same scale.
+// row's norm is below sqrt(D)). planes_scales and solve_layernorm_planes both use it: the same scale.
 __device__ __forceinline__ float ln_planes_scale(float g_max, float b_max) {
     return planes_scale_of(sqrtf((float)D) * g_max + b_max);
 }
@@ -209,9 +202,8 @@ __device__ __forceinline__ float ln_planes_scale(float g_max, float b_max) {
 // The scales of amax group `group` (0: W_qkv, ln_1's output, attention's output; 1: the rest) from its
 // bounds: ln_planes_scale; a LayerNorm output row's norm is at most sqrt(D) (max|g| + max|b|), so
 // |h W + b_qkv| <= D (max|g| + max|b|) max|W| + max|b_qkv|, which bounds the attention output (a mean of v
-// rows); |gelu(z)| <= max(|z|, 0.17). One thread.
-__global__ void solve_planes_scales(const unsigned* amax_bits, float* scales, int group) {
-#if SOLVE_CODE_PATH == 2
+// rows); |gelu(z)| <= max(|z|, 0.17).
+__device__ __forceinline__ void planes_scales(const unsigned* amax_bits, float* scales, int group) {
     float a[AMAX_SLOTS];
     for (int i = 0; i < AMAX_SLOTS; ++i) a[i] = __uint_as_float(amax_bits[i]);
     if (group == 0) {
@@ -226,6 +218,17 @@ __global__ void solve_planes_scales(const unsigned* amax_bits, float* scales, in
         scales[SC_F] =
             planes_scale_of(fmaxf(D * (a[AMAX_LN2_G] + a[AMAX_LN2_B]) * a[AMAX_W_FC] + a[AMAX_B_FC], 0.17f));
     }
+}
+
+// Matrix i's planes (hi, lo [K, N] from W [K, N]) with its scale from amax; the first matrix of each amax
+// group (i 0: group 0; i 1: group 1) also writes its group's scales (block 0), for the kernels after it.
+__global__ void __launch_bounds__(256) solve_weight_planes(const float* __restrict__ W, half_bits* hi, half_bits* lo,
+                                                           long long K, int N, const unsigned* amax, float* scales,
+                                                           int i) {
+#if SOLVE_CODE_PATH == 2
+    if (i <= 1 && blockIdx.x == 0 && threadIdx.x == 0) planes_scales(amax, scales, i);
+    const float sc = planes_scale_of(__uint_as_float(amax[i == 0 ? AMAX_W_QKV : AMAX_W_ATTN + i - 1]));
+    gemm_f16_planes(W, N, hi, lo, K, N, sc, F16_PLANES);
 #endif
 }
 
@@ -322,7 +325,8 @@ struct State {
     int device = -1;
     int sms = 0;
     int smem_optin = 0;   // the most dynamic shared memory one block may opt into
-    // activations, [rows, ...]
+    // activations, [rows, ...] (paths 3 and 1), in one allocation at base
+    float* base = nullptr;
     float* h = nullptr;    // [rows, D]   LayerNorm output
     float* qkv = nullptr;  // [rows, 3D]
     float* att = nullptr;  // [rows, D]   attention output
@@ -675,7 +679,8 @@ static bool attention_f16(int S) {
     const long long tiles = cdiv(S, 64) * H;
     if (chunk && !ensure_split_scratch(tiles * splits, tiles)) return false;
     solve_attention_f16<<<dim3((unsigned)cdiv(S, 64), H, splits), AttnF16<F16_PLANES>::THREADS,
-                          AttnF16<F16_PLANES>::SMEM_BYTES>>>(st.qkvp, st.scales + SC_QKV, st.att, S, chunk,
+                          AttnF16<F16_PLANES>::SMEM_BYTES>>>(st.qkvp, st.scales + SC_QKV, st.ap,
+                                                             F16_PLANES == 2 ? st.ap + (size_t)S * D : st.ap, S, chunk,
                                                              chunk ? st.part_o : nullptr,
                                                              chunk ? st.part_ml : nullptr,
                                                              chunk ? st.counters : nullptr);
@@ -749,20 +754,24 @@ static bool setup() {
 static bool ensure_workspace(int rows) {
     if (rows <= st.rows) return true;
     cudaDeviceSynchronize();  // queued work may still use the old one
-    cudaFree(st.h);           // one allocation holds all four (and path 2's planes); cudaFree(nullptr): a no-op
+    cudaFree(st.base);        // one allocation holds all four (path 2: its planes); cudaFree(nullptr): a no-op
+    st.base = nullptr;
     st.h = st.qkv = st.att = st.f = nullptr;
     st.hp = st.qkvp = st.ap = st.fp = nullptr;
     st.rows = 0;
-    const size_t floats = (size_t)rows * 9 * D;
-    const size_t halves = st.path == PATH_MMA ? (size_t)F16_PLANES * rows * 9 * D : 0;
+    const bool mma = st.path == PATH_MMA;  // (planes only: every activation of path 2 is a plane)
+    const size_t floats = mma ? 0 : (size_t)rows * 9 * D;
+    const size_t halves = mma ? (size_t)F16_PLANES * rows * 9 * D : 0;
     float* base = nullptr;
     if (!ok(cudaMalloc(&base, sizeof(float) * floats + sizeof(half_bits) * halves), "cudaMalloc of the workspace"))
         return false;
-    st.h = base;
-    st.qkv = st.h + (size_t)rows * D;
-    st.att = st.qkv + (size_t)rows * 3 * D;
-    st.f = st.att + (size_t)rows * D;
-    if (halves) {
+    st.base = base;
+    if (floats) {
+        st.h = base;
+        st.qkv = st.h + (size_t)rows * D;
+        st.att = st.qkv + (size_t)rows * 3 * D;
+        st.f = st.att + (size_t)rows * D;
+    } else {
         st.hp = reinterpret_cast<half_bits*>(base + floats);
         st.qkvp = st.hp + (size_t)F16_PLANES * rows * D;
         st.ap = st.qkvp + (size_t)F16_PLANES * rows * 3 * D;
@@ -802,14 +811,6 @@ static half_bits* wplanes_of(int i) {
     return p;
 }
 
-// X [rows, cols] fp32 -> its planes from hi (lo after hi) with the scale slot `slot`, on stream s.
-static bool planes(const float* X, half_bits* hi, long long rows, int cols, int slot, cudaStream_t s,
-                   const char* what) {
-    const unsigned blocks = (unsigned)cdiv(rows * cols / 4, 256);  // a float4 a thread
-    solve_planes<<<blocks, 256, 0, s>>>(X, hi, F16_PLANES == 2 ? hi + rows * cols : hi, rows, cols, st.scales, slot);
-    return launched(what);
-}
-
 // LayerNorm of x [rows, D] to the planes from hi (path 2).
 static bool layernorm_planes(const float* x, const float* g, const float* b, half_bits* hi, int rows,
                              const char* what) {
@@ -818,19 +819,20 @@ static bool layernorm_planes(const float* x, const float* g, const float* b, hal
     return launched(what);
 }
 
-// On the side stream: amax group g (0: W_qkv, ln_1's parameters, b_qkv; 1: the rest) and its scales.
+// On the side stream: amax group g (0: W_qkv, ln_1's parameters, b_qkv; 1: the rest).
 static bool amax_group(const float* w, int g) {
     const int first = g ? AMAX_GROUP1 : 0, n = g ? AMAX_SLOTS - AMAX_GROUP1 : AMAX_GROUP1;
     solve_planes_amax<<<dim3(4 * st.sms, n), 256, 0, st.side>>>(w, st.amax, first);
-    if (!launched("amax of the weights")) return false;
-    solve_planes_scales<<<1, 1, 0, st.side>>>(st.amax, st.scales, g);
-    return launched("the planes' scales");
+    return launched("amax of the weights");
 }
 
-// On the side stream: matrix i's planes, then its event.
+// On the side stream: matrix i's planes (and, for i 0 and 1, its amax group's scales), then its event.
 static bool weight_planes(const float* w, int i) {
-    return planes(w + MAT_OFF[i], wplanes_of(i), MAT_K[i], MAT_N[i], SC_W + i, st.side, "weight planes") &&
-           ok(cudaEventRecord(st.ready[i], st.side), "cudaEventRecord");
+    const long long K = MAT_K[i], N = MAT_N[i];
+    half_bits* hi = wplanes_of(i);
+    solve_weight_planes<<<(unsigned)cdiv(K * N / 4, 256), 256, 0, st.side>>>(
+        w + MAT_OFF[i], hi, F16_PLANES == 2 ? hi + K * N : hi, K, (int)N, st.amax, st.scales, i);
+    return launched("weight planes") && ok(cudaEventRecord(st.ready[i], st.side), "cudaEventRecord");
 }
 
 // Path 2's block (the file's header): the weights' amax, scales and planes on the side stream (group 0 and
@@ -853,7 +855,6 @@ static void solve_mma(const float* x, float* output, const float* w, int S) {
     for (int i = 1; i < 4; ++i)
         if (!weight_planes(w, i)) return;
     if (!attention_f16(S) || !ok(cudaStreamWaitEvent(0, st.ready[1], 0), "cudaStreamWaitEvent") ||
-        !planes(st.att, st.ap, S, D, SC_QKV, 0, "planes of attention") ||
         !gemm_f16(st.ap, SC_QKV, wplanes_of(1), SC_W + 1, w + O_B_ATTN, x, output, nullptr, 0, S, D, D,
                   GEMM_EPI_RESIDUAL, "gemm attn proj + residual"))
         return;
