@@ -5,24 +5,19 @@
 // x, output: [seq_len, 768] device pointers; weights: one block in the flat layout (layout.cuh, generated
 // from gpt2block/layout.py). No causal mask. `gpt2block export-cuda` inlines this file and everything it
 // includes into one solution.cu, after the build parameters (gpt2block/backends/cuda/build.py: solve(),
-// one precision a file): SOLVE_TF32X3 1 is the fp32 mode (tf32x3 GEMMs, tf32x3f attention: fp32-level
-// accuracy), 0 the tf32 mode (one TF32 pass).
+// one precision a file): SOLVE_TF32X3 1 is the fp32 mode (fp32-level accuracy), 0 the tf32 mode (TF32-level).
 //
-//   h   = LN(x; g1, b1)                   layernorm_f32
+//   h   = LN(x; g1, b1)                   LayerNorm
 //   qkv = h @ W_qkv + b_qkv               GEMM, epilogue bias
 //   a   = attention(q, k, v), no mask     (reads q, k, v inside qkv)
 //   out = x + a @ W_attn + b_attn         GEMM, epilogue bias_residual (the residual stream now in output)
-//   h   = LN(out; g2, b2)                 layernorm_f32
+//   h   = LN(out; g2, b2)                 LayerNorm
 //   f   = gelu(h @ W_fc + b_fc)           GEMM, epilogue bias_gelu
 //   out = out + f @ W_proj + b_proj       GEMM, epilogue bias_residual (in place)
 //
-// Three code paths, chosen by the architecture the file is compiled for, per kernel in device code
+// Two code paths, chosen by the architecture the file is compiled for, per kernel in device code
 // (SOLVE_CODE_PATH below):
-//   3  sm_90a (the 'a' features, __CUDA_ARCH_FEAT_SM90_ALL): the kernels of gpt2block.solve() on Hopper:
-//      wgmma GEMMs (gemm_wgmma.cuh) on weight planes remade from `weights` by every call (on a second
-//      stream: W_qkv's beside the first LayerNorm, the other three once the QKV GEMM is queued, beside
-//      attention), wgmma attention (attention_wgmma.cu) with its split-key plan;
-//   2  sm_80 and later without them (sm_80, 86, 89, plain sm_90, sm_100, ...): mma.sync fp16 tensor cores
+//   2  sm_80 and later (sm_80, 86, 89, sm_90 and sm_90a, sm_100, ...): mma.sync fp16 tensor cores
 //      on fp16 planes (gemm_mma_f16.cuh: hi and, in fp32 mode, lo planes with a power-of-two scale each,
 //      three products for fp32 accuracy, one for TF32's), each GEMM on the tile with the least estimated
 //      time; the weights' planes remade by every call on a second stream (W_qkv's beside the first
@@ -31,7 +26,9 @@
 //      the activations, so that no plane overflows); the activations' planes from the LayerNorms
 //      (solve_layernorm_planes), the QKV and FC GEMMs' epilogues and attention; attention on the qkv
 //      planes, flash style on the same fp16 tensor cores (attention_f16.cuh, three products in fp32 mode)
-//      with a split-key plan;
+//      with a split-key plan. (sm_90a builds take this path too: on the H200 it measured faster than
+//      gpt2block.solve()'s wgmma TF32 kernels in both precisions, and within 2x torch fp32's error where
+//      tf32x3 wgmma was 2.59x at seq_len 16: docs/PERFORMANCE.md, versions 40 and 41);
 //   1  older targets (sm_75, the T4: no cp.async, no TF32 tensor cores): FFMA in fp32 throughout
 //      (gemm_simt.cuh, attention_prefill_f32), in both precisions.
 // The host cannot see __CUDA_ARCH__, and a fat binary or a PTX build (compute_75 PTX JIT-compiled for a
@@ -40,33 +37,29 @@
 // compilation, so the host launches only that path's kernels; the other paths' kernels are compiled with
 // empty bodies (or traps) there and are never launched.
 //
-// The scratch (h, qkv, a, f: 9 x seq_len x 768 floats; on the mma.sync path instead the activations' planes,
-// 2 x 9 x seq_len x 768 halves in fp32 mode, and split K's partial tiles, at most a wave of them; the wgmma
-// path's attention planes and every path's split-key partials) is allocated at the first call and regrown
-// only when a longer seq_len arrives; the weight planes (wgmma: 2 x 7.1M floats in fp32 mode; mma.sync:
-// 2 x 7.1M halves) once. No cudaMalloc on the hot
-// path. Kernels run on the legacy default stream (the stream of a torch or CuPy program that set none),
-// one after another; solve() does not synchronize. State is per process (one device at a time).
+// The scratch (path 1: h, qkv, a, f, 9 x seq_len x 768 floats; path 2: the activations' planes, 2 x 9 x
+// seq_len x 768 halves in fp32 mode, split K's partial tiles, at most a wave of them, and attention's split-key
+// partials) is allocated at the first call and regrown only when a longer seq_len arrives; path 2's weight
+// planes (2 x 7.1M halves in fp32 mode) once. No cudaMalloc on the hot path. Kernels run on the legacy default
+// stream (the stream of a torch or CuPy program that set none; path 2's weight planes on a second stream
+// between events), one after another; solve() does not synchronize. State is per process (one device at a
+// time).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <utility>
-#include <vector>
 
 #include "attention.cu"
 #include "attention_f16.cuh"
-#include "attention_wgmma.cu"
 #include "common.cuh"
 #include "gemm_epilogue.cuh"
 #include "gemm_mma_f16.cuh"
 #include "gemm_simt.cuh"
-#include "gemm_wgmma.cuh"
 #include "layernorm.cu"
 #include "layout.cuh"
 
-// Build parameters (build.py: solve()): the precision, the GEMM tiles of the mma.sync and wgmma paths, and the
-// mma.sync path's most K splits.
+// Build parameters (build.py: solve()): the precision, the GEMM tiles of the mma.sync path and its most K
+// splits.
 #ifndef SOLVE_TF32X3
 #error "SOLVE_TF32X3 is set by gpt2block/backends/cuda/build.py"
 #endif
@@ -76,14 +69,9 @@
 #ifndef SOLVE_F16_SPLITK_MAX
 #error "SOLVE_F16_SPLITK_MAX is set by gpt2block/backends/cuda/build.py"
 #endif
-#ifndef SOLVE_WG_TILES
-#error "SOLVE_WG_TILES is set by gpt2block/backends/cuda/build.py"
-#endif
 
 #if defined(__CUDA_ARCH__)
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define SOLVE_CODE_PATH 3
-#elif __CUDA_ARCH__ >= 800
+#if __CUDA_ARCH__ >= 800
 #define SOLVE_CODE_PATH 2
 #else
 #define SOLVE_CODE_PATH 1
@@ -96,9 +84,8 @@ namespace gpt2block_solve {
 
 constexpr int D = BLOCK_D;
 constexpr int H = D / HEAD_DIM;
-constexpr int PASSES = SOLVE_TF32X3 ? 3 : 1;
 constexpr int F16_PLANES = SOLVE_TF32X3 ? 2 : 1;  // the mma.sync path's planes an operand (hi; hi and lo)
-constexpr int PATH_SIMT = 1, PATH_MMA = 2, PATH_WGMMA = 3;
+constexpr int PATH_SIMT = 1, PATH_MMA = 2;
 typedef unsigned short half_bits;  // an fp16 plane's element
 
 // The mma.sync path's amax slots (solve_planes_amax: max |value| of each, as float bits; two groups, the
@@ -194,29 +181,28 @@ __device__ __forceinline__ float planes_scale_of(float bound) {
 }
 
 // A LayerNorm output's scale from max|g| and max|b|: |ln(x)_j| <= sqrt(D) max|g| + max|b| (the normalized
-// row's norm is below sqrt(D)). planes_scales and solve_layernorm_planes both use it: the same scale.
+// row's norm is below sqrt(D)). solve_layernorm_planes works it out and stores it for the GEMM that reads h.
 __device__ __forceinline__ float ln_planes_scale(float g_max, float b_max) {
     return planes_scale_of(sqrtf((float)D) * g_max + b_max);
 }
 
-// The scales of amax group `group` (0: W_qkv, ln_1's output, attention's output; 1: the rest) from its
-// bounds: ln_planes_scale; a LayerNorm output row's norm is at most sqrt(D) (max|g| + max|b|), so
+// The scales of amax group `group` (0: W_qkv, qkv and attention's output; 1: the other matrices, GELU's
+// output) from its bounds: a LayerNorm output row's norm is at most sqrt(D) (max|g| + max|b|), so
 // |h W + b_qkv| <= D (max|g| + max|b|) max|W| + max|b_qkv|, which bounds the attention output (a mean of v
-// rows); |gelu(z)| <= max(|z|, 0.17).
+// rows); |gelu(z)| <= max(|z|, 0.171) (its least value is -0.17004). (The LayerNorm outputs' scales:
+// solve_layernorm_planes.)
 __device__ __forceinline__ void planes_scales(const unsigned* amax_bits, float* scales, int group) {
     float a[AMAX_SLOTS];
     for (int i = 0; i < AMAX_SLOTS; ++i) a[i] = __uint_as_float(amax_bits[i]);
     if (group == 0) {
         scales[SC_W + 0] = planes_scale_of(a[AMAX_W_QKV]);
-        scales[SC_H1] = ln_planes_scale(a[AMAX_LN1_G], a[AMAX_LN1_B]);
         scales[SC_QKV] = planes_scale_of(D * (a[AMAX_LN1_G] + a[AMAX_LN1_B]) * a[AMAX_W_QKV] + a[AMAX_B_QKV]);
     } else {
         scales[SC_W + 1] = planes_scale_of(a[AMAX_W_ATTN]);
         scales[SC_W + 2] = planes_scale_of(a[AMAX_W_FC]);
         scales[SC_W + 3] = planes_scale_of(a[AMAX_W_PROJ]);
-        scales[SC_H2] = ln_planes_scale(a[AMAX_LN2_G], a[AMAX_LN2_B]);
         scales[SC_F] =
-            planes_scale_of(fmaxf(D * (a[AMAX_LN2_G] + a[AMAX_LN2_B]) * a[AMAX_W_FC] + a[AMAX_B_FC], 0.17f));
+            planes_scale_of(fmaxf(D * (a[AMAX_LN2_G] + a[AMAX_LN2_B]) * a[AMAX_W_FC] + a[AMAX_B_FC], 0.171f));
     }
 }
 
@@ -232,13 +218,6 @@ __global__ void __launch_bounds__(256) solve_weight_planes(const float* __restri
 #endif
 }
 
-template <class T>
-__global__ void __launch_bounds__(T::THREADS, 1) solve_gemm_wg(GEMM_PARAMS, int epi) {
-#if SOLVE_CODE_PATH == 3
-    gemm_wg_body<T, PASSES, GEMM_EPI_RUNTIME>(A, B, bias, R, C, M, N, K, epi);
-#endif
-}
-
 __global__ void __launch_bounds__(SIMT_THREADS) solve_gemm_simt(GEMM_PARAMS, int epi) {
 #if SOLVE_CODE_PATH == 1
     gemm_simt_body<GEMM_EPI_RUNTIME>(A, B, bias, R, C, M, N, K, epi);
@@ -247,11 +226,11 @@ __global__ void __launch_bounds__(SIMT_THREADS) solve_gemm_simt(GEMM_PARAMS, int
 
 // y = LayerNorm(x; g, b) of rows [rows, D] straight to its planes hi, lo [rows, D] (path 2): one warp a row
 // (layernorm.cu's ln_load and ln_row_to), the scale ln_planes_scale of g's and b's largest |value|, worked
-// out here (so this kernel waits on nothing of the side stream).
+// out here (so this kernel waits on nothing of the side stream) and stored at *scale for the GEMM after it.
 __global__ void __launch_bounds__(32 * LN_WARPS) solve_layernorm_planes(const float* __restrict__ x,
                                                                         const float* __restrict__ g,
                                                                         const float* __restrict__ b, half_bits* hi,
-                                                                        half_bits* lo, int rows) {
+                                                                        half_bits* lo, int rows, float* scale) {
 #if SOLVE_CODE_PATH == 2
     const int lane = threadIdx.x & 31, row = blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
     if (row >= rows) return;
@@ -270,6 +249,7 @@ __global__ void __launch_bounds__(32 * LN_WARPS) solve_layernorm_planes(const fl
         }
     }
     const float sc = ln_planes_scale(warp_max(gm), warp_max(bm));
+    if (blockIdx.x == 0 && threadIdx.x == 0) *scale = sc;
     const long long at = (long long)row * D;
     ln_row_to(v, g, b, D, NVEC, lane, 1e-5f, [&](int c4, const float4& o) {
         uint2 h, l;
@@ -281,7 +261,7 @@ __global__ void __launch_bounds__(32 * LN_WARPS) solve_layernorm_planes(const fl
 #endif
 }
 
-// The tiles (build.py): F16Tile<i> / WgTile<i>, their count, and a host table for the choice.
+// The tiles (build.py): F16Tile<i>, their count, and a host table for the choice.
 struct TileInfo {
     int bm, bn, per_sm;
     float speed;
@@ -302,21 +282,6 @@ SOLVE_F16_TILES
 constexpr int N_F16_TILES = 0 SOLVE_F16_TILES;
 #undef SOLVE_F16_TILE
 
-constexpr int WG_PLANES = PASSES == 3 ? 2 : 1;
-template <int I>
-struct WgTile;
-#define SOLVE_WG_TILE(i, wg, bn, stages, speed)                                                  \
-    template <>                                                                                   \
-    struct WgTile<i> {                                                                            \
-        typedef GwTile<wg, bn, stages, 1> T;                                                      \
-        static TileInfo info() { return {64 * wg, bn, 1, speed, T::smem_bytes(WG_PLANES)}; }      \
-    };
-SOLVE_WG_TILES
-#undef SOLVE_WG_TILE
-#define SOLVE_WG_TILE(...) +1
-constexpr int N_WG_TILES = 0 SOLVE_WG_TILES;
-#undef SOLVE_WG_TILE
-
 // ---------------------------------------------------------------------------------------------
 // State.
 
@@ -325,7 +290,7 @@ struct State {
     int device = -1;
     int sms = 0;
     int smem_optin = 0;   // the most dynamic shared memory one block may opt into
-    // activations, [rows, ...] (paths 3 and 1), in one allocation at base
+    // activations, [rows, ...] (path 1), in one allocation at base
     float* base = nullptr;
     float* h = nullptr;    // [rows, D]   LayerNorm output
     float* qkv = nullptr;  // [rows, 3D]
@@ -345,10 +310,7 @@ struct State {
     float* part_ml = nullptr;  // [slots][64][2]
     int* counters = nullptr;   // [tiles]
     long long slots = 0, tiles = 0;
-    // wgmma path: the weight planes of W_qkv, W_attn, W_fc, W_proj, and K / V planes of attention
-    float* wplanes = nullptr;
-    float* kv_planes = nullptr;  // [H][KT][ATTN_WG_TILE_FLOATS]
-    long long kv_floats = 0;
+    // mma.sync path: the second stream of the weights' planes and its events
     cudaStream_t side = nullptr;
     cudaEvent_t fork = nullptr, fork2 = nullptr, ready[4] = {nullptr, nullptr, nullptr, nullptr};
 };
@@ -368,31 +330,7 @@ static bool launched(const char* what) { return ok(cudaGetLastError(), what); }
 static long long cdiv(long long a, long long b) { return (a + b - 1) / b; }
 
 // ---------------------------------------------------------------------------------------------
-// The choice of tile (cuda/linear.py: pick_tile, pick_wg_tile without split K): whole waves of blocks,
-// each wave as long as the work an SM does in it at the tile's speed; tiles whose shared memory the
-// device cannot give one block are skipped.
-
-template <int I, template <int> class Tile>
-static void tile_infos(TileInfo* out) {
-    out[I] = Tile<I>::info();
-    if constexpr (I > 0) tile_infos<I - 1, Tile>(out);
-}
-
-static int pick(const TileInfo* t, int n_tiles, int m, int n) {
-    int best = -1;
-    double best_cost = 0;
-    for (int i = 0; i < n_tiles; ++i) {
-        if ((int)t[i].smem > st.smem_optin) continue;
-        const long long blocks = cdiv(m, t[i].bm) * cdiv(n, t[i].bn);
-        const long long waves = cdiv(blocks, (long long)st.sms * t[i].per_sm);
-        const double cost = (double)waves * t[i].bm * t[i].bn * t[i].per_sm / t[i].speed;
-        if (best < 0 || cost < best_cost) best = i, best_cost = cost;
-    }
-    return best;
-}
-
-// ---------------------------------------------------------------------------------------------
-// GEMM launches: C[M, N] = epi(A[M, K] @ W + bias), W [K, N] as stored (mma, simt) or as planes (wgmma).
+// GEMM launches: C[M, N] = epi(A[M, K] @ W + bias).
 
 // Path 2's GEMM with tile T: A's planes Ah [M, K] (scale *sa), W's Wh [K, N] (*sw), each plane's lo (fp32
 // mode) after its hi; into C, or into the planes Ch (scale *out_s) where Ch is set. Tiles [0, dp)
@@ -483,41 +421,12 @@ static bool ensure_partials(long long floats) {
     return true;
 }
 
-template <class T>
-static void launch_wg(const float* A, const float* P, const float* bias, const float* R, float* C, int M, int N,
-                      int K, int epi) {
-    constexpr unsigned smem = T::smem_bytes(WG_PLANES);
-    static bool attr = false;
-    if (!attr) {
-        cudaFuncSetAttribute(solve_gemm_wg<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        attr = true;
-    }
-    const dim3 grid((unsigned)cdiv(M, T::BM), (unsigned)cdiv(N, T::BN), 1);
-    solve_gemm_wg<T><<<grid, T::THREADS, smem>>>(A, P, bias, R, C, M, N, K, epi);
-}
-
-template <int I = N_WG_TILES - 1>
-static void dispatch_wg(int tile, const float* A, const float* P, const float* bias, const float* R, float* C,
-                        int M, int N, int K, int epi) {
-    if (tile == I) return launch_wg<typename WgTile<I>::T>(A, P, bias, R, C, M, N, K, epi);
-    if constexpr (I > 0) dispatch_wg<I - 1>(tile, A, P, bias, R, C, M, N, K, epi);
-}
-
-// Paths 3 and 1's GEMM: C = epi(A @ W + bias), W as planes P (wgmma) or as stored (SIMT).
+// Path 1's GEMM: C = epi(A @ W + bias), W [K, N] as stored.
 template <int EPI>
-static bool gemm(const float* A, const float* W, const float* P, const float* bias, const float* R, float* C, int M,
-                 int N, int K, const char* what) {
-    if (st.path == PATH_WGMMA) {
-        static TileInfo t[N_WG_TILES];
-        static bool filled = false;
-        if (!filled) tile_infos<N_WG_TILES - 1, WgTile>(t), filled = true;
-        const int i = pick(t, N_WG_TILES, M, N);
-        if (i < 0) return ok(cudaErrorInvalidConfiguration, what);
-        dispatch_wg(i, A, P, bias, R, C, M, N, K, EPI);
-    } else {
-        const dim3 grid((unsigned)cdiv(M, SIMT_BM), (unsigned)cdiv(N, SIMT_BN));
-        solve_gemm_simt<<<grid, SIMT_THREADS>>>(A, W, bias, R, C, M, N, K, EPI);
-    }
+static bool gemm(const float* A, const float* W, const float* bias, const float* R, float* C, int M, int N, int K,
+                 const char* what) {
+    const dim3 grid((unsigned)cdiv(M, SIMT_BM), (unsigned)cdiv(N, SIMT_BN));
+    solve_gemm_simt<<<grid, SIMT_THREADS>>>(A, W, bias, R, C, M, N, K, EPI);
     return launched(what);
 }
 
@@ -543,56 +452,7 @@ static bool gemm_f16(const half_bits* Ah, int sa, const half_bits* Wh, int sw, c
 }
 
 // ---------------------------------------------------------------------------------------------
-// Attention and its split-key plans (cuda/attention.py: prefill_split_plan, wg_split_plan; no mask, all
-// queries see all S keys).
-
-// The wgmma kernel: 128-query blocks of KT key tiles each; the chunk whose blocks, handed in launch order
-// to whichever SM frees first (one block per SM; ties to the lowest SM), finish soonest; a block costs its
-// key tiles plus one for its start and, when split, one for its partial and combine. -> (chunk, splits);
-// chunk 0: no split. Worked out once per seq_len (the last few kept).
-struct SplitPlan {
-    int s = 0, chunk = 0, splits = 1;
-};
-
-static SplitPlan wg_split_plan_of(int s) {
-    const int kt = (int)cdiv(s, 64), bx = (int)cdiv(s, 128);
-    SplitPlan best;
-    best.s = s;
-    long long best_span = -1;
-    std::vector<std::pair<long long, int>> heap;  // (the SM's finishing time, its index): a min-heap
-    const auto later = [](const std::pair<long long, int>& a, const std::pair<long long, int>& b) { return a > b; };
-    for (int chunk = 0; chunk <= kt; ++chunk) {
-        const int ns = chunk ? (int)cdiv(kt, chunk) : 1;
-        const long long blocks = (long long)ns * H * bx;
-        const int n_free = (int)(blocks < st.sms ? blocks : st.sms);
-        heap.clear();
-        for (int i = 0; i < n_free; ++i) heap.push_back({0, i});
-        long long span = 0;
-        for (int z = 0; z < ns; ++z) {
-            const int len = (z + 1) * kt / ns - z * kt / ns + 1 + (ns > 1);
-            for (long long b = 0; b < (long long)H * bx; ++b) {
-                std::pop_heap(heap.begin(), heap.end(), later);
-                heap.back().first += len;
-                span = heap.back().first > span ? heap.back().first : span;
-                std::push_heap(heap.begin(), heap.end(), later);
-            }
-        }
-        if (best_span < 0 || span < best_span) best_span = span, best.chunk = chunk, best.splits = ns;
-    }
-    return best;
-}
-
-static void wg_split_plan(int s, int& chunk, int& splits) {
-    static SplitPlan cache[8];
-    static int next = 0;
-    for (const SplitPlan& p : cache)
-        if (p.s == s) {
-            chunk = p.chunk, splits = p.splits;
-            return;
-        }
-    const SplitPlan p = cache[next++ % 8] = wg_split_plan_of(s);
-    chunk = p.chunk, splits = p.splits;
-}
+// Attention (no mask: all queries see all S keys).
 
 // Path 2's attention (attention_f16.cuh): 64-query blocks of KT key tiles, split in z = 1 .. 4 parts of at
 // least 2 key tiles, the z of the least estimated time: waves of blocks (slots: SMs x the blocks an SM holds,
@@ -635,41 +495,11 @@ static bool ensure_split_scratch(long long slots, long long tiles) {
     return true;
 }
 
-// Paths 3 and 1's attention.
+// Path 1's attention.
 static bool attention(int S) {
-    const float* q = st.qkv;
-    const float* k = st.qkv + D;
-    const float* v = st.qkv + 2 * D;
-    if (st.path == PATH_WGMMA) {
-        const long long kt = cdiv(S, 64), floats = (long long)H * kt * ATTN_WG_TILE_FLOATS;
-        if (floats > st.kv_floats) {
-            cudaDeviceSynchronize();
-            cudaFree(st.kv_planes);
-            st.kv_planes = nullptr, st.kv_floats = 0;
-            if (!ok(cudaMalloc(&st.kv_planes, sizeof(float) * floats), "cudaMalloc of attention planes")) return false;
-            st.kv_floats = floats;
-        }
-        attention_wg_kv_planes<<<dim3((unsigned)kt, H), 256>>>(k, v, 3 * D, st.kv_planes, S, PASSES);
-        if (!launched("attention K / V planes")) return false;
-        int chunk = 0, splits = 1;
-        wg_split_plan(S, chunk, splits);
-        const long long bx = cdiv(S, 128);
-        if (chunk && !ensure_split_scratch(2 * bx * H * splits, 2 * bx * H)) return false;
-        const unsigned smem = ATTN_WG_SMEM_BYTES(WG_PLANES);
-        const dim3 grid((unsigned)bx, H, (unsigned)splits);
-        float* po = chunk ? st.part_o : st.kv_planes;  // (unused without a split)
-        float* pml = chunk ? st.part_ml : st.kv_planes;
-        int* cnt = chunk ? st.counters : reinterpret_cast<int*>(st.kv_planes);
-        if (PASSES == 3)
-            attention_wg_tf32x3<<<grid, ATTN_WG_THREADS, smem>>>(q, 3 * D, st.kv_planes, st.att, D, S, S, 0, 0, chunk,
-                                                               po, pml, cnt);
-        else
-            attention_wg_tf32<<<grid, ATTN_WG_THREADS, smem>>>(q, 3 * D, st.kv_planes, st.att, D, S, S, 0, 0, chunk,
-                                                             po, pml, cnt);
-        return launched("attention (wgmma)");
-    }
-    const dim3 grid1((unsigned)cdiv(S, 64), H);
-    attention_prefill_f32<<<grid1, 256, ATTN_F32_SMEM_BYTES>>>(q, 3 * D, k, v, 3 * D, st.att, D, S, S, 0, 0);
+    const dim3 grid((unsigned)cdiv(S, 64), H);
+    attention_prefill_f32<<<grid, 256, ATTN_F32_SMEM_BYTES>>>(st.qkv, 3 * D, st.qkv + D, st.qkv + 2 * D, 3 * D, st.att,
+                                                              D, S, S, 0, 0);
     return launched("attention (fp32)");
 }
 
@@ -707,7 +537,7 @@ static bool setup() {
                      ok(cudaMemcpy(&path, d_path, sizeof(int), cudaMemcpyDeviceToHost), "reading the code path");
     cudaFree(d_path);
     if (!got) return false;
-    if (path < PATH_SIMT || path > PATH_WGMMA) {
+    if (path < PATH_SIMT || path > PATH_MMA) {
         std::fprintf(stderr, "gpt2block solve(): unknown code path %d\n", path);
         return false;
     }
@@ -715,22 +545,7 @@ static bool setup() {
         !ok(cudaDeviceGetAttribute(&st.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
             "cudaDeviceGetAttribute"))
         return false;
-    if (path == PATH_WGMMA) {
-        const size_t floats = (size_t)WG_PLANES * ((size_t)3 * D * cdiv(D, 32) * 32 + (size_t)D * cdiv(D, 32) * 32 +
-                                                   (size_t)4 * D * cdiv(D, 32) * 32 + (size_t)D * cdiv(4 * D, 32) * 32);
-        if (!ok(cudaMalloc(&st.wplanes, sizeof(float) * floats), "cudaMalloc of the weight planes") ||
-            !ok(cudaStreamCreateWithFlags(&st.side, cudaStreamNonBlocking), "cudaStreamCreate") ||
-            !ok(cudaEventCreateWithFlags(&st.fork, cudaEventDisableTiming), "cudaEventCreate") ||
-            !ok(cudaEventCreateWithFlags(&st.fork2, cudaEventDisableTiming), "cudaEventCreate"))
-            return false;
-        for (auto& e : st.ready)
-            if (!ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate")) return false;
-        const unsigned smem = ATTN_WG_SMEM_BYTES(WG_PLANES);
-        if (PASSES == 3)
-            cudaFuncSetAttribute(attention_wg_tf32x3, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        else
-            cudaFuncSetAttribute(attention_wg_tf32, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    } else if (path == PATH_MMA) {
+    if (path == PATH_MMA) {
         cudaFuncSetAttribute(solve_attention_f16, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              AttnF16<F16_PLANES>::SMEM_BYTES);
         const size_t halves = (size_t)F16_PLANES * 12 * D * D;  // the four matrices' planes
@@ -786,23 +601,9 @@ static bool layernorm(const float* x, const float* g, const float* b, float* y, 
     return launched(what);
 }
 
-// The wgmma path's weight planes: matrix i (0 W_qkv, 1 W_attn, 2 W_fc, 3 W_proj) of `weights`.
+// Path 2's weight matrices: i = 0 W_qkv, 1 W_attn, 2 W_fc, 3 W_proj of `weights`.
 static const int MAT_K[4] = {D, D, D, 4 * D}, MAT_N[4] = {3 * D, D, 4 * D, D};
 static const long long MAT_OFF[4] = {O_W_QKV, O_W_ATTN, O_W_FC, O_W_PROJ};
-
-static float* planes_of(int i) {
-    if (st.wplanes == nullptr) return nullptr;  // (the other paths read W as stored)
-    float* p = st.wplanes;
-    for (int j = 0; j < i; ++j) p += (size_t)WG_PLANES * MAT_N[j] * cdiv(MAT_K[j], 32) * 32;
-    return p;
-}
-
-static bool make_planes(const float* w, int i) {
-    const int K = MAT_K[i], N = MAT_N[i];
-    gemm_wg_split_planes_kn<<<dim3((unsigned)cdiv(N, GW_PLANES_N), (unsigned)cdiv(K, 32)), dim3(32, 8), 0, st.side>>>(
-        w + MAT_OFF[i], planes_of(i), K, N, WG_PLANES);
-    return launched("weight planes") && ok(cudaEventRecord(st.ready[i], st.side), "cudaEventRecord");
-}
 
 // Path 2: matrix i's planes (hi, then lo in fp32 mode) in st.wp.
 static half_bits* wplanes_of(int i) {
@@ -812,10 +613,10 @@ static half_bits* wplanes_of(int i) {
 }
 
 // LayerNorm of x [rows, D] to the planes from hi (path 2).
-static bool layernorm_planes(const float* x, const float* g, const float* b, half_bits* hi, int rows,
+static bool layernorm_planes(const float* x, const float* g, const float* b, half_bits* hi, int rows, int slot,
                              const char* what) {
     solve_layernorm_planes<<<(unsigned)cdiv(rows, LN_WARPS), 32 * LN_WARPS>>>(
-        x, g, b, hi, F16_PLANES == 2 ? hi + (size_t)rows * D : hi, rows);
+        x, g, b, hi, F16_PLANES == 2 ? hi + (size_t)rows * D : hi, rows, st.scales + slot);
     return launched(what);
 }
 
@@ -844,7 +645,7 @@ static void solve_mma(const float* x, float* output, const float* w, int S) {
         !ok(cudaMemsetAsync(st.amax, 0, sizeof(unsigned) * AMAX_SLOTS, st.side), "cudaMemsetAsync") ||
         !amax_group(w, 0) || !weight_planes(w, 0))
         return;
-    if (!layernorm_planes(x, w + O_LN1_G, w + O_LN1_B, st.hp, S, "layernorm ln_1") ||
+    if (!layernorm_planes(x, w + O_LN1_G, w + O_LN1_B, st.hp, S, SC_H1, "layernorm ln_1") ||
         !ok(cudaStreamWaitEvent(0, st.ready[0], 0), "cudaStreamWaitEvent") ||
         !gemm_f16(st.hp, SC_H1, wplanes_of(0), SC_W + 0, w + O_B_QKV, nullptr, nullptr, st.qkvp, SC_QKV, S, 3 * D,
                   D, GEMM_EPI_BIAS, "gemm qkv"))
@@ -858,7 +659,7 @@ static void solve_mma(const float* x, float* output, const float* w, int S) {
         !gemm_f16(st.ap, SC_QKV, wplanes_of(1), SC_W + 1, w + O_B_ATTN, x, output, nullptr, 0, S, D, D,
                   GEMM_EPI_RESIDUAL, "gemm attn proj + residual"))
         return;
-    if (!layernorm_planes(output, w + O_LN2_G, w + O_LN2_B, st.hp, S, "layernorm ln_2") ||
+    if (!layernorm_planes(output, w + O_LN2_G, w + O_LN2_B, st.hp, S, SC_H2, "layernorm ln_2") ||
         !ok(cudaStreamWaitEvent(0, st.ready[2], 0), "cudaStreamWaitEvent") ||
         !gemm_f16(st.hp, SC_H2, wplanes_of(2), SC_W + 2, w + O_B_FC, nullptr, nullptr, st.fp, SC_F, S, 4 * D, D,
                   GEMM_EPI_GELU, "gemm fc + gelu") ||
@@ -886,35 +687,15 @@ extern "C" void solve(const float* x, float* output, const float* weights, int s
     }
     if (!setup() || !ensure_workspace(seq_len)) return;
     if (st.path == PATH_MMA) return solve_mma(x, output, weights, seq_len);
+    // path 1, in order on the default stream
     const float* w = weights;
     const int S = seq_len;
-    const bool wg = st.path == PATH_WGMMA;
-    // wgmma: W_qkv's planes on the side stream beside the first LayerNorm
-    if (wg && !(ok(cudaEventRecord(st.fork, 0), "cudaEventRecord") &&
-                ok(cudaStreamWaitEvent(st.side, st.fork, 0), "cudaStreamWaitEvent") && make_planes(w, 0)))
+    if (!layernorm(x, w + O_LN1_G, w + O_LN1_B, st.h, S, "layernorm ln_1") ||
+        !gemm<GEMM_EPI_BIAS>(st.h, w + O_W_QKV, w + O_B_QKV, nullptr, st.qkv, S, 3 * D, D, "gemm qkv") ||
+        !attention(S) ||
+        !gemm<GEMM_EPI_RESIDUAL>(st.att, w + O_W_ATTN, w + O_B_ATTN, x, output, S, D, D, "gemm attn proj + residual") ||
+        !layernorm(output, w + O_LN2_G, w + O_LN2_B, st.h, S, "layernorm ln_2") ||
+        !gemm<GEMM_EPI_GELU>(st.h, w + O_W_FC, w + O_B_FC, nullptr, st.f, S, 4 * D, D, "gemm fc + gelu"))
         return;
-    if (!layernorm(x, w + O_LN1_G, w + O_LN1_B, st.h, S, "layernorm ln_1")) return;
-    if (wg && !ok(cudaStreamWaitEvent(0, st.ready[0], 0), "cudaStreamWaitEvent")) return;
-    if (!gemm<GEMM_EPI_BIAS>(st.h, w + O_W_QKV, planes_of(0), w + O_B_QKV, nullptr, st.qkv, S, 3 * D, D, "gemm qkv"))
-        return;
-    // wgmma: the other three matrices' planes beside attention
-    if (wg) {
-        if (!ok(cudaEventRecord(st.fork2, 0), "cudaEventRecord") ||
-            !ok(cudaStreamWaitEvent(st.side, st.fork2, 0), "cudaStreamWaitEvent"))
-            return;
-        for (int i = 1; i < 4; ++i)
-            if (!make_planes(w, i)) return;
-    }
-    if (!attention(S)) return;
-    if (wg && !ok(cudaStreamWaitEvent(0, st.ready[1], 0), "cudaStreamWaitEvent")) return;
-    if (!gemm<GEMM_EPI_RESIDUAL>(st.att, w + O_W_ATTN, planes_of(1), w + O_B_ATTN, x, output, S, D, D,
-                                 "gemm attn proj + residual"))
-        return;
-    if (!layernorm(output, w + O_LN2_G, w + O_LN2_B, st.h, S, "layernorm ln_2")) return;
-    if (wg && !ok(cudaStreamWaitEvent(0, st.ready[2], 0), "cudaStreamWaitEvent")) return;
-    if (!gemm<GEMM_EPI_GELU>(st.h, w + O_W_FC, planes_of(2), w + O_B_FC, nullptr, st.f, S, 4 * D, D, "gemm fc + gelu"))
-        return;
-    if (wg && !ok(cudaStreamWaitEvent(0, st.ready[3], 0), "cudaStreamWaitEvent")) return;
-    gemm<GEMM_EPI_RESIDUAL>(st.f, w + O_W_PROJ, planes_of(3), w + O_B_PROJ, output, output, S, D, 4 * D,
-                            "gemm mlp proj + residual");
+    gemm<GEMM_EPI_RESIDUAL>(st.f, w + O_W_PROJ, w + O_B_PROJ, output, output, S, D, 4 * D, "gemm mlp proj + residual");
 }

@@ -53,7 +53,7 @@ def test_kernel_compiles(name, arch, tmp_path):
 @needs_nvcc
 def test_export_compiles_for_every_arch(tmp_path):
     """The one-file export, in both precisions, compiles with nvcc alone for every GPU it names (export.ARCHS:
-    the T4's sm_75 to sm_100, sm_90a's wgmma path among them): the device code of each as -cubin, all at
+    the T4's sm_75 to sm_100): the device code of each as -cubin, all at
     once, and one whole participant's build (-shared, host code included) of the quickest."""
     import os
     from concurrent.futures import ThreadPoolExecutor

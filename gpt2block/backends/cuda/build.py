@@ -298,22 +298,19 @@ SOLVE_PRECISIONS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32")}  # 
 
 def solve(precision: str = "fp32") -> tuple:
     """kernels/solve.cu, the one-file export (gpt2block export-cuda) of one precision: the GEMM variant
-    (SOLVE_TF32X3 1: fp32-level accuracy: tf32x3 wgmma GEMMs, three fp16 products on the mma.sync path,
-    tf32x3f attention; 0: TF32-level), gemm_mma_f16.cuh's tiles for the mma.sync path (SOLVE_F16_TILES:
-    SOLVE_F16_TILE(index, bm, bn, warps_m, warps_n, stages, speed) each) and its most K splits,
-    gemm_wgmma.cu's tiles for the sm_90a path without split K (SOLVE_WG_TILES: SOLVE_WG_TILE(index, wg, bn,
-    stages, speed) each), attention (prefill kernels: clusters of one) and LayerNorm (768 wide)."""
+    (SOLVE_TF32X3 1: fp32-level accuracy, three fp16 products on the mma.sync path; 0: TF32-level, one),
+    gemm_mma_f16.cuh's tiles for the mma.sync path (SOLVE_F16_TILES: SOLVE_F16_TILE(index, bm, bn, warps_m,
+    warps_n, stages, speed) each) and its most K splits, attention.cu (for the sm_75 path's FFMA kernel;
+    clusters of one) and LayerNorm (768 wide)."""
     if precision not in SOLVE_PRECISIONS:
         raise ValueError(f"the export's precision is one of {', '.join(SOLVE_PRECISIONS)}; got {precision!r}")
     variant = SOLVE_PRECISIONS[precision][0]
     # (no spaces: one shell word on an nvcc command line, where nvcc_define escapes the commas)
     f16 = "".join(f"SOLVE_F16_TILE({i},{bm},{bn},{wm},{wn},{stages},{speed}f)"
                   for i, (bm, bn, wm, wn, stages, speed) in enumerate(F16_TILE_TABLE[precision]))
-    wg = "".join(f"SOLVE_WG_TILE({i},{w},{bn},{gw_stages(variant, w, bn)},{speed}f)"
-                 for i, (w, bn, speed, _) in enumerate(t for t in WG_TILE_TABLE[variant] if t[3] == 1))
     return ((("SOLVE_TF32X3", int(variant == "tf32x3")), ("SOLVE_F16_TILES", f16),
-             ("SOLVE_F16_SPLITK_MAX", F16_SPLITK_MAX), ("SOLVE_WG_TILES", wg), ("GW_PLANES_N", GW_PLANES_N))
-            + _variant(variant) + attention(1) + attention_wgmma() + layernorm(768))
+             ("SOLVE_F16_SPLITK_MAX", F16_SPLITK_MAX))
+            + _variant(variant) + attention(1) + layernorm(768))
 
 
 class _Tile:  # the product's GEMM tiles, without importing linear (CuPy) here
