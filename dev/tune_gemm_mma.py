@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The mma.sync GEMM (the export's path on sm_80+ without the sm_90a features) on the block's four
+"""The mma.sync GEMM (the export's path on sm_80 and later, sm_90a included) on the block's four
 products at seq_len M: each kernel variant x tile x precision, its error and TFLOP/s, next to torch.
 
     python dev/tune_gemm_mma.py [--m 1024] [--variants 01,03] [--precisions tf32x3,tf32] [--quick]

@@ -442,8 +442,8 @@ def gpu_name() -> str:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
               help="the .cu file to write (e.g. solution.cu)")
 @click.option("--precision", type=click.Choice(["fp32", "tf32"]), default="fp32", show_default=True,
-              help="fp32: fp32-level accuracy (3-pass TF32 tensor cores); tf32: one TF32 pass (faster; errors up "
-                   "to about 1e-3)")
+              help="fp32: fp32-level accuracy (three fp16 tensor-core products on scaled fp16 planes; FFMA on "
+                   "sm_75); tf32: TF32-level accuracy, one fp16 product (faster; errors up to about 1e-3)")
 def export_cuda_cmd(output, precision):
     """Write the one-file CUDA solution of the LeetGPU GPT-2 block challenge (every GPU: the code path is
     chosen when nvcc compiles it; the file's header names the flags it was tested with)."""

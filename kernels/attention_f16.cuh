@@ -1,4 +1,4 @@
-// attention_f16.cuh: the one-file export's attention on sm_80+ without the sm_90a features (solve.cu, path 2):
+// attention_f16.cuh: the one-file export's attention on sm_80+, sm_90a included (solve.cu, path 2):
 //
 //   out[i, h*64 : h*64+64] = sum_j softmax_j(q_i . k_j / 8) v_j      over all S keys (no mask)
 //

@@ -5,7 +5,7 @@
 #pragma once
 
 // Which arithmetic variants this compilation holds (build.py: one module per variant and tile, so a
-// process compiles only what it runs; the export holds both).
+// process compiles only what it runs; the export one, for its precision).
 #ifndef GEMM_WITH_TF32
 #error "GEMM_WITH_TF32 is set by gpt2block/backends/cuda/build.py"
 #endif

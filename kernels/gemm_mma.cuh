@@ -1,8 +1,7 @@
 // gemm_mma.cuh: the mma.sync tensor-core GEMM body of gemm.cu, on a tile given as a type
 // (GemmTile), so that one translation unit can hold several tiles: gemm.cu instantiates the tile of
-// its build parameters (one NVRTC module per tile, for the engine); the one-file export (solve.cu)
-// instantiates the tiles build.py lists for it and picks one per product at run time. Arithmetic,
-// epilogues, argument conventions and launch recipe: gemm.cu's header. Device code only.
+// its build parameters (one NVRTC module per tile, for the engine). Arithmetic, epilogues, argument
+// conventions and launch recipe: gemm.cu's header. Device code only.
 #pragma once
 #include "common.cuh"
 #include "mma.cuh"

@@ -1,4 +1,4 @@
-// gemm_mma_f16.cuh: the one-file export's GEMM on sm_80+ without the sm_90a features (solve.cu, path 2):
+// gemm_mma_f16.cuh: the one-file export's GEMM on sm_80+, sm_90a included (solve.cu, path 2):
 // C[M,N] = epilogue(A[M,K] @ W[K,N] + bias) on fp16 tensor cores (mma.sync m16n8k16, fp32 accumulation),
 // its operands stored as fp16 planes, at the accuracy of fp32 (PLANES 2: three products) or of TF32
 // (PLANES 1: one). On the H200 mma.sync reaches 637 TFLOP/s in fp16 against 318 in TF32

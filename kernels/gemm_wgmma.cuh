@@ -1,8 +1,7 @@
 // gemm_wgmma.cuh: the body of gemm_wgmma.cu's GEMMs on a tile given as a type (GwTile), and the weight
 // planes kernels: gemm_wgmma.cu instantiates the tile of its build parameters (one NVRTC module per
-// tile, for the engine); the one-file export (solve.cu) instantiates the tiles build.py lists for it
-// and picks one per product at run time. How the kernels work, the planes' layout and the launch
-// recipes: gemm_wgmma.cu's header. sm_90a only (wgmma.cuh); device code only.
+// tile, for the engine). How the kernels work, the planes' layout and the launch recipes:
+// gemm_wgmma.cu's header. sm_90a only (wgmma.cuh); device code only.
 #pragma once
 #include "common.cuh"
 #include "mma.cuh"

@@ -271,7 +271,7 @@ def sampler() -> tuple:
             ("SAMPLER_MIN_GROUPS", SAMPLER_MIN_GROUPS))
 
 
-# gemm.cu's tiles (cuda/linear.TILES, and the export's mma.sync path): (bm, bn, warps_m, warps_n, per_sm,
+# gemm.cu's tiles (cuda/linear.TILES): (bm, bn, warps_m, warps_n, per_sm,
 # speed): blocks resident per SM (registers of the tf32x3 kernels on sm_90: 143-161, 109-138, 112-142) and
 # relative throughput per SM (a bigger warp tile reuses operands more)
 GEMM_TILES = ((128, 128, 2, 4, 1, 1.0),  # warp tile 64 x 32
@@ -286,14 +286,14 @@ F16_TILE_TABLE = {
     "tf32": ((64, 128, 2, 2, 4, 1.0), (128, 64, 2, 2, 4, 0.95)),
 }
 F16_SPLITK_MAX = 8  # the export's split K on the mma.sync path, for GEMMs of less than a wave (solve.cu: pick_f16)
-# gemm_wgmma.cu's tiles per variant (cuda/linear.WG_TILES, and the export's sm_90a path): (wg, bn, speed,
+# gemm_wgmma.cu's tiles per variant (cuda/linear.WG_TILES): (wg, bn, speed,
 # splitk); the measurements behind the speeds: cuda/linear.py, above WG_TILES
 WG_TILE_TABLE = {
     "tf32x3": ((2, 128, 1.0, 1), (2, 64, 0.79, 1), (2, 48, 0.73, 1), (1, 128, 0.75, 1), (1, 64, 0.66, 1)),
     "tf32": ((2, 192, 1.08, 1), (2, 128, 1.0, 1), (2, 64, 0.80, 1), (2, 48, 0.64, 1), (1, 128, 0.81, 1),
              (1, 64, 0.62, 1), (2, 192, 1.08, 3)),
 }
-SOLVE_PRECISIONS = {"fp32": ("tf32x3", "tf32x3f"), "tf32": ("tf32", "tf32")}  # export: (GEMM, attention) variants
+SOLVE_PRECISIONS = {"fp32": "tf32x3", "tf32": "tf32"}  # export precision -> GEMM variant (SOLVE_TF32X3, GEMM_WITH_*)
 
 
 def solve(precision: str = "fp32") -> tuple:
@@ -304,7 +304,7 @@ def solve(precision: str = "fp32") -> tuple:
     clusters of one) and LayerNorm (768 wide)."""
     if precision not in SOLVE_PRECISIONS:
         raise ValueError(f"the export's precision is one of {', '.join(SOLVE_PRECISIONS)}; got {precision!r}")
-    variant = SOLVE_PRECISIONS[precision][0]
+    variant = SOLVE_PRECISIONS[precision]
     # (no spaces: one shell word on an nvcc command line, where nvcc_define escapes the commas)
     f16 = "".join(f"SOLVE_F16_TILE({i},{bm},{bn},{wm},{wn},{stages},{speed}f)"
                   for i, (bm, bn, wm, wn, stages, speed) in enumerate(F16_TILE_TABLE[precision]))
